@@ -1,0 +1,19 @@
+"""lowerset: plan recomputation (rematerialization) for memory-efficient backpropagation.
+
+Implements Kusumoto et al., "A Graph Theoretic Framework of Recomputation Algorithms for
+Memory-Efficient Backpropagation", NeurIPS 2019. Framework-free: this package never imports
+Chainer.
+"""
+
+from .exceptions import *  # noqa: F401,F403
+from .graph import *  # noqa: F401,F403
+from .lowersets import *  # noqa: F401,F403
+from .strategy import *  # noqa: F401,F403
+from .dp import *  # noqa: F401,F403
+from .io import *  # noqa: F401,F403
+from . import exceptions, graph, lowersets, strategy, dp, io
+
+__version__ = "0.1.0"
+
+__all__ = (exceptions.__all__ + graph.__all__ + lowersets.__all__ + strategy.__all__ + dp.__all__
+           + io.__all__)

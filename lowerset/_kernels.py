@@ -1,0 +1,473 @@
+"""Numba kernels of the planner: bitsets, lower-set enumeration, transitions and the DPs.
+
+Every function here is ``@njit(cache=True)`` and takes only contiguous ndarrays and scalars.
+Conventions (n = #V, W = number of uint64 words of a bitset = ceil(n / 64)):
+
+- a node set is a row of W uint64 words; node id ``i`` is bit ``i % 64`` of word ``i // 64``;
+- a family of sets is a ``(n_sets, W)`` uint64 array;
+- costs are int64 cost units, memory int64 bytes;
+- kernels never raise: they return a status code and the Python wrappers raise.
+
+References: Kusumoto et al., NeurIPS 2019, Sec. 2-4 and Algorithm 1 (appendix).
+"""
+
+import numpy as np
+from numba import njit
+
+INF = np.iinfo(np.int64).max // 4
+
+STATUS_OK = 0
+STATUS_TOO_MANY = 1
+
+
+@njit(cache=True, inline="always")
+def _has(bits, i):
+    return (bits[i >> 6] >> np.uint64(i & 63)) & np.uint64(1)
+
+
+@njit(cache=True, inline="always")
+def _set(bits, i):
+    bits[i >> 6] |= np.uint64(1) << np.uint64(i & 63)
+
+
+@njit(cache=True, inline="always")
+def _clear(bits, i):
+    bits[i >> 6] &= ~(np.uint64(1) << np.uint64(i & 63))
+
+
+@njit(cache=True)
+def enumerate_lower_sets(n, n_words, pred_ptr, pred_idx, max_sets):
+    """Enumerate every lower set of a DAG whose node ids are in topological order.
+
+    Depth-first search over nodes 0..n-1 deciding membership in order: node ``v`` may join the
+    set only when all its predecessors are in it, and may always be left out (its successors
+    are then kept out automatically). Every leaf of the search is a distinct lower set and every
+    branch ends in a leaf, so the work is O(#L_G * n) plus the predecessor checks.
+
+    Parameters
+    ----------
+    n, n_words : int
+    pred_ptr : ndarray of int64, shape (n + 1,)
+    pred_idx : ndarray of int64, shape (#E,)
+    max_sets : int
+        Stop with ``STATUS_TOO_MANY`` once more than this many sets are found.
+
+    Returns
+    -------
+    sets : ndarray of uint64, shape (count, n_words)
+        Every lower set once (the empty set and V included), in search order.
+    status : int
+        ``STATUS_OK`` or ``STATUS_TOO_MANY`` (then `sets` is a prefix of the family).
+    """
+    cap = 1024
+    out = np.zeros((cap, n_words), dtype=np.uint64)
+    count = 0
+    cur = np.zeros(n_words, dtype=np.uint64)
+    # choice[v]: 1 = included (can still switch to excluded), 0 = excluded
+    choice = np.zeros(n + 1, dtype=np.int8)
+    v = 0
+    while True:
+        if v == n:
+            if count == cap:
+                cap *= 2
+                grown = np.zeros((cap, n_words), dtype=np.uint64)
+                grown[:count] = out[:count]
+                out = grown
+            out[count] = cur
+            count += 1
+            if count > max_sets:
+                return out[:count], STATUS_TOO_MANY
+            # backtrack to the deepest node still included and exclude it instead
+            v = n - 1
+            while v >= 0 and choice[v] == 0:
+                v -= 1
+            if v < 0:
+                break
+            _clear(cur, v)
+            choice[v] = 0
+            v += 1
+            continue
+        ok = True
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            if _has(cur, pred_idx[k]) == 0:
+                ok = False
+                break
+        if ok:
+            _set(cur, v)
+            choice[v] = 1
+        else:
+            choice[v] = 0
+        v += 1
+    return out[:count], STATUS_OK
+
+
+@njit(cache=True)
+def ancestor_sets(n, n_words, pred_ptr, pred_idx):
+    """Return L_v = {w : v is reachable from w} (v included) for every node (Sec. 4.3).
+
+    Returns
+    -------
+    ndarray of uint64, shape (n, n_words)
+        Row ``v`` is the bitset of L_v. Node ids must be in topological order.
+    """
+    out = np.zeros((n, n_words), dtype=np.uint64)
+    for v in range(n):
+        for k in range(pred_ptr[v], pred_ptr[v + 1]):
+            p = pred_idx[k]
+            for w in range(n_words):
+                out[v, w] |= out[p, w]
+        _set(out[v], v)
+    return out
+
+
+@njit(cache=True)
+def is_lower_set_bits(bits, n, pred_ptr, pred_idx):
+    """Return -1 if `bits` is a lower set, else the id of a member with a predecessor outside."""
+    for v in range(n):
+        if _has(bits, v) != 0:
+            for k in range(pred_ptr[v], pred_ptr[v + 1]):
+                if _has(bits, pred_idx[k]) == 0:
+                    return v
+    return -1
+
+
+@njit(cache=True)
+def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
+    """Per-set quantities that the transitions of the DP need.
+
+    Parameters
+    ----------
+    sets : ndarray of uint64, shape (s, W)
+        Lower sets.
+    cost, memory : ndarray of int64, shape (n,)
+    pred_ptr, pred_idx, succ_ptr, succ_idx : ndarray of int64
+        CSR adjacency.
+
+    Returns
+    -------
+    size : ndarray of int64, shape (s,)
+        #L.
+    tot_t, tot_m : ndarray of int64, shape (s,)
+        T(L) in cost units and M(L) in bytes.
+    bnd_bits : ndarray of uint64, shape (s, W)
+        The boundary ∂(L) = δ−(V∖L) ∩ L (Sec. 2).
+    bnd_t, bnd_m : ndarray of int64, shape (s,)
+        T(∂(L)) and M(∂(L)).
+    bptr, bidx : ndarray of int64
+        The boundary as CSR node-id lists.
+    extra : ndarray of int64, shape (s,)
+        M(δ+(L)∖L) + M(δ−(δ+(L))∖L), the last two terms of eq. (2), in bytes.
+    """
+    s = sets.shape[0]
+    n_words = sets.shape[1]
+    size = np.zeros(s, dtype=np.int64)
+    tot_t = np.zeros(s, dtype=np.int64)
+    tot_m = np.zeros(s, dtype=np.int64)
+    bnd_bits = np.zeros((s, n_words), dtype=np.uint64)
+    bnd_t = np.zeros(s, dtype=np.int64)
+    bnd_m = np.zeros(s, dtype=np.int64)
+    bcount = np.zeros(s, dtype=np.int64)
+    extra = np.zeros(s, dtype=np.int64)
+    front = np.zeros(n, dtype=np.bool_)
+    front_preds = np.zeros(n, dtype=np.bool_)
+    touched = np.zeros(n, dtype=np.int64)
+    for i in range(s):
+        L = sets[i]
+        nt = 0
+        for v in range(n):
+            if _has(L, v) == 0:
+                continue
+            size[i] += 1
+            tot_t[i] += cost[v]
+            tot_m[i] += memory[v]
+            in_bnd = False
+            for k in range(succ_ptr[v], succ_ptr[v + 1]):
+                w = succ_idx[k]
+                if _has(L, w) == 0:
+                    in_bnd = True
+                    if not front[w]:
+                        front[w] = True
+                        touched[nt] = w
+                        nt += 1
+            if in_bnd:
+                _set(bnd_bits[i], v)
+                bnd_t[i] += cost[v]
+                bnd_m[i] += memory[v]
+                bcount[i] += 1
+        # δ+(L)∖L is `front`; δ−(δ+(L))∖L are the predecessors of `front` outside L
+        ex = 0
+        for j in range(nt):
+            w = touched[j]
+            ex += memory[w]
+            for k in range(pred_ptr[w], pred_ptr[w + 1]):
+                p = pred_idx[k]
+                if _has(L, p) == 0 and not front_preds[p]:
+                    front_preds[p] = True
+                    ex += memory[p]
+        extra[i] = ex
+        for j in range(nt):
+            w = touched[j]
+            front[w] = False
+            for k in range(pred_ptr[w], pred_ptr[w + 1]):
+                front_preds[pred_idx[k]] = False
+    bptr = np.zeros(s + 1, dtype=np.int64)
+    for i in range(s):
+        bptr[i + 1] = bptr[i] + bcount[i]
+    bidx = np.zeros(bptr[s], dtype=np.int64)
+    for i in range(s):
+        k = bptr[i]
+        for v in range(n):
+            if _has(bnd_bits[i], v) != 0:
+                bidx[k] = v
+                k += 1
+    return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra
+
+
+@njit(cache=True, inline="always")
+def _is_strict_subset(sets, a, b, n_words):
+    for w in range(n_words):
+        if (sets[a, w] & ~sets[b, w]) != 0:
+            return False
+    return True
+
+
+@njit(cache=True)
+def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory):
+    """Cost of appending lower set ``b`` after lower set ``a`` (a ⊊ b) in a canonical strategy.
+
+    With V' = L_b ∖ L_a:
+
+    - ``dt = T(V' ∖ ∂(L_b))``, the term of eq. (1) for this step (cost units);
+    - ``dm = M(U_b ∖ U_a) = M(∂(L_b) ∩ V')``, the growth of the cache (bytes), because a node of
+      L_a in ∂(L_b) is already in ∂(L_a);
+    - ``need = 2 M(V') + M(δ+(L_b)∖L_b) + M(δ−(δ+(L_b))∖L_b)`` (bytes), so that eq. (2) reads
+      ``M(i) = M(U_{i-1}) + need``.
+
+    Returns
+    -------
+    (dt, dm, need) : tuple of int64
+    """
+    inter_t = 0
+    inter_m = 0
+    for k in range(bptr[a], bptr[a + 1]):
+        v = bidx[k]
+        if _has(bnd_bits[b], v) != 0:
+            inter_t += cost[v]
+            inter_m += memory[v]
+    dm = bnd_m[b] - inter_m
+    dt = (tot_t[b] - tot_t[a]) - (bnd_t[b] - inter_t)
+    need = 2 * (tot_m[b] - tot_m[a]) + extra[b]
+    return dt, dm, need
+
+
+@njit(cache=True)
+def dp_fronts(lo, hi, budget, maximize, sets, size, class_start, tot_t, tot_m, bnd_bits, bnd_t,
+              bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, ft, fm, fpa, fpe, used,
+              scratch_m, scratch_a, scratch_e):
+    """Fill the DP fronts of sets ``lo <= b < hi`` (Sec. 4.2, Algorithm 1; pull form).
+
+    The sets are sorted by size, so every strict subset of set ``b`` has a smaller index and all
+    of its transitions are final when ``b`` is reached (an order consistent with inclusion).
+    The front of set ``b`` holds the states (b, t, m): t = overhead so far (eq. 1, cost units),
+    m = M(U) bytes cached so far, keeping only states not dominated in (t, m): for the
+    time-centric mode (t low, m low), for the memory-centric mode (t high, m low). A transition
+    a -> b is allowed from state (t, m) when ``m + need <= budget`` (eq. 2).
+
+    Parameters
+    ----------
+    lo, hi : int
+        Range of target set indices; sets ``< lo`` must be finished.
+    budget : int64
+        B in bytes.
+    maximize : bool
+        False: time-centric (min overhead); True: memory-centric (max overhead, Sec. 4.4).
+    sets : ndarray of uint64, shape (s, W)
+        The family, sorted by size; set 0 is the empty set.
+    size : ndarray of int64, shape (s,)
+    class_start : ndarray of int64, shape (s,)
+        Index of the first set of the same size as set ``b``; only sets before it are tested.
+    tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra : see :func:`set_stats`.
+    cost, memory : ndarray of int64, shape (n,)
+    fstart, fend : ndarray of int64, shape (s,)
+        Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
+    ft, fm : ndarray of int64, shape (capacity,)
+        Overhead (cost units) and cached bytes of each entry.
+    fpa, fpe : ndarray of int64, shape (capacity,)
+        Back-pointers: predecessor set index and its entry index (-1 for the root).
+    used : int
+        Number of entries in use.
+    scratch_m, scratch_a, scratch_e : ndarray of int64, shape (T(V) + 1,)
+        Work arrays; scratch_m must be INF everywhere on entry and is left so.
+
+    Returns
+    -------
+    ft, fm, fpa, fpe : ndarray of int64
+        The entry arrays, reallocated when they had to grow.
+    used : int
+        Entries in use after the block.
+    pairs : int
+        Number of transitions a ⊊ b evaluated.
+    """
+    n_words = sets.shape[1]
+    pairs = 0
+    for b in range(lo, hi):
+        tmin = INF
+        tmax = -1
+        for a in range(class_start[b]):
+            if fend[a] == fstart[a]:
+                continue
+            if not _is_strict_subset(sets, a, b, n_words):
+                continue
+            pairs += 1
+            dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
+                                      extra, cost, memory)
+            cap = budget - need
+            for e in range(fstart[a], fend[a]):
+                m = fm[e]
+                if m > cap:
+                    continue
+                t2 = ft[e] + dt
+                m2 = m + dm
+                if m2 < scratch_m[t2]:
+                    scratch_m[t2] = m2
+                    scratch_a[t2] = a
+                    scratch_e[t2] = e
+                    if t2 < tmin:
+                        tmin = t2
+                    if t2 > tmax:
+                        tmax = t2
+        fstart[b] = used
+        if tmax < 0:
+            fend[b] = used
+            continue
+        if used + (tmax - tmin + 1) > ft.shape[0]:
+            new_cap = max(2 * ft.shape[0], used + (tmax - tmin + 1))
+            ft = _grow(ft, new_cap)
+            fm = _grow(fm, new_cap)
+            fpa = _grow(fpa, new_cap)
+            fpe = _grow(fpe, new_cap)
+        best = INF
+        if maximize:
+            for t in range(tmax, tmin - 1, -1):
+                m = scratch_m[t]
+                if m < best:
+                    best = m
+                    ft[used] = t
+                    fm[used] = m
+                    fpa[used] = scratch_a[t]
+                    fpe[used] = scratch_e[t]
+                    used += 1
+                scratch_m[t] = INF
+        else:
+            for t in range(tmin, tmax + 1):
+                m = scratch_m[t]
+                if m < best:
+                    best = m
+                    ft[used] = t
+                    fm[used] = m
+                    fpa[used] = scratch_a[t]
+                    fpe[used] = scratch_e[t]
+                    used += 1
+                scratch_m[t] = INF
+        fend[b] = used
+    return ft, fm, fpa, fpe, used, pairs
+
+
+@njit(cache=True)
+def _grow(arr, new_cap):
+    out = np.empty(new_cap, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+@njit(cache=True)
+def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr,
+                bidx, extra, cost, memory, fstart, fend, fm, fp, fpa, fpe, used):
+    """Fill the min-budget fronts of sets ``lo <= b < hi``.
+
+    A state (b, m, p) is a sequence ending at set ``b`` with cached bytes m = M(U) and peak
+    p = max_i M(i) so far (eq. 2). A transition a -> b maps (m, p) to
+    (m + dm, max(p, m + need)). The front of ``b`` keeps the states not dominated in (m low,
+    p low); the minimal budget is the least p in the front of V. States with p > `upper` are
+    dropped (`upper` is a known feasible peak, or INF).
+
+    Parameters
+    ----------
+    lo, hi, sets, class_start, tot_t, ..., memory : as in :func:`dp_fronts`.
+    upper : int64
+        Upper bound on the answer, in bytes.
+    fstart, fend : ndarray of int64, shape (s,)
+    fm, fp, fpa, fpe : ndarray of int64, shape (capacity,)
+        Cached bytes, peak bytes, and back-pointers of each entry.
+    used : int
+
+    Returns
+    -------
+    fm, fp, fpa, fpe, used, pairs : as in :func:`dp_fronts`.
+    """
+    n_words = sets.shape[1]
+    pairs = 0
+    cap = 256
+    cm = np.empty(cap, dtype=np.int64)
+    cp = np.empty(cap, dtype=np.int64)
+    ca = np.empty(cap, dtype=np.int64)
+    ce = np.empty(cap, dtype=np.int64)
+    for b in range(lo, hi):
+        c = 0
+        for a in range(class_start[b]):
+            if fend[a] == fstart[a]:
+                continue
+            if not _is_strict_subset(sets, a, b, n_words):
+                continue
+            pairs += 1
+            dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
+                                      extra, cost, memory)
+            for e in range(fstart[a], fend[a]):
+                m = fm[e]
+                p = m + need
+                if fp[e] > p:
+                    p = fp[e]
+                if p > upper:
+                    continue
+                if c == cap:
+                    cap *= 2
+                    cm = _grow(cm, cap)
+                    cp = _grow(cp, cap)
+                    ca = _grow(ca, cap)
+                    ce = _grow(ce, cap)
+                cm[c] = m + dm
+                cp[c] = p
+                ca[c] = a
+                ce[c] = e
+                c += 1
+        fstart[b] = used
+        if c == 0:
+            fend[b] = used
+            continue
+        order = np.argsort(cm[:c], kind="mergesort")
+        if used + c > fm.shape[0]:
+            new_cap = max(2 * fm.shape[0], used + c)
+            fm = _grow(fm, new_cap)
+            fp = _grow(fp, new_cap)
+            fpa = _grow(fpa, new_cap)
+            fpe = _grow(fpe, new_cap)
+        best = INF
+        i = 0
+        while i < c:
+            # among candidates with equal m keep the one of least p
+            j = i
+            k_best = order[i]
+            while j + 1 < c and cm[order[j + 1]] == cm[order[i]]:
+                j += 1
+                if cp[order[j]] < cp[k_best]:
+                    k_best = order[j]
+            if cp[k_best] < best:
+                best = cp[k_best]
+                fm[used] = cm[k_best]
+                fp[used] = cp[k_best]
+                fpa[used] = ca[k_best]
+                fpe[used] = ce[k_best]
+                used += 1
+            i = j + 1
+        fend[b] = used
+    return fm, fp, fpa, fpe, used, pairs

@@ -1,0 +1,87 @@
+"""Exceptions raised by :mod:`lowerset`.
+
+One base class, :class:`LowersetError`; "your input is wrong" errors also derive from
+:class:`ValueError`, while "no solution exists" (:class:`InfeasibleBudgetError`) and "the search is
+too large" (:class:`SearchLimitError`) do not.
+"""
+
+__all__ = [
+    "LowersetError",
+    "GraphError",
+    "NotALowerSetError",
+    "StrategyError",
+    "InfeasibleBudgetError",
+    "SearchLimitError",
+    "FormatError",
+]
+
+
+class LowersetError(Exception):
+    """Base class of every exception raised on purpose by :mod:`lowerset`."""
+
+
+class GraphError(LowersetError, ValueError):
+    """The forward graph is invalid: a cycle, a bad cost or memory, an unknown node, no nodes."""
+
+
+class NotALowerSetError(LowersetError, ValueError):
+    """A node set that must be a lower set has an edge entering it from outside."""
+
+
+class StrategyError(LowersetError, ValueError):
+    """A sequence of lower sets is not a valid canonical strategy, or belongs to another graph."""
+
+
+class InfeasibleBudgetError(LowersetError):
+    """No canonical strategy has peak memory (eq. 2) within the budget.
+
+    Attributes
+    ----------
+    budget : int
+        The budget asked for, in bytes.
+    min_budget : int or None
+        The smallest feasible budget in bytes for the same method, when it is known.
+    """
+
+    def __init__(self, budget, min_budget=None, method=None):
+        self.budget = int(budget)
+        self.min_budget = None if min_budget is None else int(min_budget)
+        self.method = method
+        msg = f"budget {self.budget} bytes is infeasible"
+        if method is not None:
+            msg += f" for method={method!r}"
+        if self.min_budget is not None:
+            msg += f"; the minimal feasible budget is {self.min_budget} bytes"
+        super().__init__(msg)
+
+
+class SearchLimitError(LowersetError):
+    """The exact search is too large: too many lower sets, or the caller's time limit passed.
+
+    Attributes
+    ----------
+    limit : str
+        Which limit was hit ("max_lower_sets" or "time_limit").
+    """
+
+    def __init__(self, message, limit):
+        self.limit = limit
+        super().__init__(message)
+
+
+class FormatError(LowersetError, ValueError):
+    """A graph or strategy file is malformed.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    lineno : int or None
+        1-based line number of the problem, when it is tied to a line.
+    """
+
+    def __init__(self, message, path, lineno=None):
+        self.path = str(path)
+        self.lineno = lineno
+        where = self.path if lineno is None else f"{self.path}, line {lineno}"
+        super().__init__(f"{where}: {message}")

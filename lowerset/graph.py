@@ -1,0 +1,270 @@
+"""The forward graph G = (V, E) of a network, with compute costs T_v and memory M_v (paper, Sec. 2).
+
+V holds intermediate values only: model inputs and parameters are not nodes. An edge (v, w) means
+that v is an input of the function producing w. Users name nodes with any hashable labels; the
+graph stores them as dense integer ids in a topological order, which is what the Numba kernels use.
+"""
+
+import numbers
+
+import networkx as nx
+import numpy as np
+
+from .exceptions import GraphError
+
+__all__ = ["Graph"]
+
+_MAX_TOTAL_COST = 10**8
+
+
+def _as_int(value, what, label, *, positive):
+    """Return `value` as a Python int, or raise GraphError naming the node."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise GraphError(f"node {label!r}: {what} must be a number, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise GraphError(f"node {label!r}: {what} must be finite, got {value!r}")
+    if int(value) != value:
+        raise GraphError(
+            f"node {label!r}: {what} must be an integer, got {value!r}"
+            + (" (scale costs to integer cost units)" if what == "cost" else " (bytes)")
+        )
+    value = int(value)
+    if positive and value <= 0:
+        raise GraphError(f"node {label!r}: {what} must be > 0, got {value}")
+    if not positive and value < 0:
+        raise GraphError(f"node {label!r}: {what} must be >= 0, got {value}")
+    return value
+
+
+class Graph:
+    """A forward graph G = (V, E) with integer costs T_v (cost units) and memory M_v (bytes).
+
+    Parameters
+    ----------
+    nodes : iterable of hashable
+        The node labels (intermediate values of the network), each once.
+    edges : iterable of (hashable, hashable)
+        Pairs (v, w): v is an input of the function that computes w.
+    cost : mapping
+        ``cost[v]`` is T_v, a positive integer in cost units (the paper uses 10 for a convolution,
+        1 otherwise).
+    memory : mapping
+        ``memory[v]`` is M_v, a non-negative integer number of bytes.
+    attrs : mapping, optional
+        Extra per-node metadata (for instance the producing function's name); kept, not used.
+
+    Attributes
+    ----------
+    labels : tuple
+        Node labels in the graph's topological order; node id ``i`` is ``labels[i]``.
+    n : int
+        Number of nodes #V.
+    cost, memory : ndarray of int64, shape (n,)
+        T_v in cost units and M_v in bytes, indexed by node id.
+    pred_ptr, pred_idx, succ_ptr, succ_idx : ndarray of int64
+        Predecessors and successors in CSR form: the predecessors of node ``i`` are
+        ``pred_idx[pred_ptr[i]:pred_ptr[i + 1]]``.
+
+    Raises
+    ------
+    GraphError
+        If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
+        the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
+        positive, a memory is missing, not an integer or negative, or the total cost exceeds
+        10**8 cost units (the DP tables are indexed by overhead).
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 2 (G, T_v, M_v).
+
+    Examples
+    --------
+    >>> g = ls.Graph(["a", "b", "c"], [("a", "b"), ("b", "c")],
+    ...              cost={"a": 1, "b": 10, "c": 1}, memory={"a": 4, "b": 8, "c": 4})
+    >>> g.n, g.labels
+    (3, ('a', 'b', 'c'))
+    """
+
+    def __init__(self, nodes, edges, cost, memory, attrs=None):
+        nodes = list(nodes)
+        if not nodes:
+            raise GraphError("the graph is empty: a forward graph needs at least one node")
+        dg = nx.DiGraph()
+        for v in nodes:
+            if v in dg:
+                raise GraphError(f"node {v!r} is given twice")
+            dg.add_node(v)
+        for e in edges:
+            try:
+                v, w = e
+            except (TypeError, ValueError):
+                raise GraphError(f"an edge must be a pair (v, w), got {e!r}") from None
+            for x in (v, w):
+                if x not in dg:
+                    raise GraphError(f"edge ({v!r}, {w!r}) names unknown node {x!r}")
+            if v == w:
+                raise GraphError(f"self-loop on node {v!r}: the forward graph must be acyclic")
+            dg.add_edge(v, w)
+        try:
+            order = list(nx.topological_sort(dg))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(dg)
+            path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
+            raise GraphError(f"the graph has a cycle: {path}") from None
+        costs, mems = [], []
+        for v in order:
+            if v not in cost:
+                raise GraphError(f"node {v!r} has no cost")
+            if v not in memory:
+                raise GraphError(f"node {v!r} has no memory")
+            costs.append(_as_int(cost[v], "cost", v, positive=True))
+            mems.append(_as_int(memory[v], "memory", v, positive=False))
+        if sum(costs) > _MAX_TOTAL_COST:
+            raise GraphError(
+                f"total cost {sum(costs)} exceeds {_MAX_TOTAL_COST} cost units; scale the costs "
+                "down (the DP is indexed by overhead in cost units)"
+            )
+        self.labels = tuple(order)
+        self.index = {v: i for i, v in enumerate(order)}
+        self.n = len(order)
+        self.cost = np.asarray(costs, dtype=np.int64)
+        self.memory = np.asarray(mems, dtype=np.int64)
+        self.attrs = {v: dict(attrs.get(v, {})) for v in order} if attrs else {v: {} for v in order}
+        preds = [[self.index[u] for u in dg.predecessors(v)] for v in order]
+        succs = [[self.index[w] for w in dg.successors(v)] for v in order]
+        self.pred_ptr, self.pred_idx = _csr(preds)
+        self.succ_ptr, self.succ_idx = _csr(succs)
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_networkx(cls, G, cost="cost", memory="memory"):
+        """Build a Graph from a :class:`networkx.DiGraph` whose nodes carry cost and memory.
+
+        Parameters
+        ----------
+        G : networkx.DiGraph
+            The forward graph; node attribute `cost` is T_v (positive integer, cost units) and
+            `memory` is M_v (non-negative integer, bytes). Other node attributes are kept in
+            :attr:`attrs`.
+        cost, memory : str
+            Names of the node attributes.
+
+        Returns
+        -------
+        Graph
+
+        Raises
+        ------
+        GraphError
+            If `G` is not directed, or as :class:`Graph` does (cycle, bad or missing attribute,
+            empty graph).
+        """
+        if not isinstance(G, nx.DiGraph) or G.is_multigraph():
+            raise GraphError(f"expected a networkx.DiGraph, got {type(G).__name__}")
+        data = dict(G.nodes(data=True))
+        c = {v: d[cost] for v, d in data.items() if cost in d}
+        m = {v: d[memory] for v, d in data.items() if memory in d}
+        attrs = {v: {k: x for k, x in d.items() if k not in (cost, memory)} for v, d in data.items()}
+        return cls(G.nodes, G.edges, c, m, attrs=attrs)
+
+    def to_networkx(self):
+        """Return a :class:`networkx.DiGraph` copy with node attributes ``cost`` and ``memory``."""
+        G = nx.DiGraph()
+        for i, v in enumerate(self.labels):
+            G.add_node(v, cost=int(self.cost[i]), memory=int(self.memory[i]), **self.attrs[v])
+        for i, v in enumerate(self.labels):
+            for j in self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]:
+                G.add_edge(v, self.labels[j])
+        return G
+
+    @classmethod
+    def chain(cls, n, cost=1, memory=1):
+        """Return the path graph 0 -> 1 -> ... -> n-1 with constant cost and memory."""
+        nodes = list(range(n))
+        return cls(nodes, zip(nodes[:-1], nodes[1:]), {v: cost for v in nodes},
+                   {v: memory for v in nodes})
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    @property
+    def edges(self):
+        """List of edges (v, w) as label pairs."""
+        return [(self.labels[i], self.labels[j]) for i in range(self.n)
+                for j in self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]]
+
+    @property
+    def n_words(self):
+        """Number of uint64 words of a bitset over V."""
+        return (self.n + 63) // 64
+
+    def preds(self, i):
+        """Ids of the predecessors of node id `i` (ndarray of int64)."""
+        return self.pred_idx[self.pred_ptr[i] : self.pred_ptr[i + 1]]
+
+    def succs(self, i):
+        """Ids of the successors of node id `i` (ndarray of int64)."""
+        return self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]
+
+    def mask(self, nodes):
+        """Return the membership mask of a set of node labels.
+
+        Parameters
+        ----------
+        nodes : iterable of hashable, or array_like of bool with shape (n,)
+
+        Returns
+        -------
+        ndarray of bool, shape (n,)
+
+        Raises
+        ------
+        GraphError
+            If a label is not a node, or a boolean mask has the wrong shape.
+        """
+        if isinstance(nodes, np.ndarray) and nodes.dtype == bool:
+            if nodes.shape != (self.n,):
+                raise GraphError(f"mask has shape {nodes.shape}, expected ({self.n},)")
+            return nodes.copy()
+        out = np.zeros(self.n, dtype=bool)
+        for v in nodes:
+            try:
+                out[self.index[v]] = True
+            except (KeyError, TypeError):
+                raise GraphError(f"{v!r} is not a node of the graph") from None
+        return out
+
+    def nodes_of(self, mask):
+        """Return the frozenset of labels whose entry in the bool mask (shape (n,)) is True."""
+        return frozenset(self.labels[i] for i in np.flatnonzero(mask))
+
+    def total_cost(self):
+        """T(V) in cost units."""
+        return int(self.cost.sum())
+
+    def total_memory(self):
+        """M(V) in bytes."""
+        return int(self.memory.sum())
+
+    def fingerprint(self):
+        """A tuple identifying the graph's structure, costs and memory (used to match strategies)."""
+        return (self.labels, tuple(self.cost.tolist()), tuple(self.memory.tolist()),
+                tuple(self.succ_ptr.tolist()), tuple(self.succ_idx.tolist()))
+
+    def __eq__(self, other):
+        return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()
+
+    def __hash__(self):
+        return hash(self.fingerprint())
+
+    def __repr__(self):
+        return (f"Graph(n={self.n}, edges={len(self.succ_idx)}, T(V)={self.total_cost()}, "
+                f"M(V)={self.total_memory()} bytes)")
+
+
+def _csr(lists):
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    for i, x in enumerate(lists):
+        ptr[i + 1] = ptr[i] + len(x)
+    idx = np.fromiter((j for x in lists for j in sorted(x)), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, idx

@@ -1,0 +1,244 @@
+"""Reading and writing graphs and strategies.
+
+- :func:`read_cg`: the text format of the computational graphs the paper's authors published
+  (``cg_*.txt``, written by their dump script; paper Sec. 5).
+- :func:`save_strategy` / :func:`load_strategy`: versioned JSON for canonical strategies.
+- :func:`save_graph` / :func:`load_graph`: versioned JSON for graphs.
+"""
+
+import json
+import os
+
+from .exceptions import FormatError, GraphError
+from .graph import Graph
+from .strategy import CanonicalStrategy
+
+__all__ = ["read_cg", "paper_cost", "save_strategy", "load_strategy", "save_graph", "load_graph"]
+
+_GRAPH_FORMAT = "lowerset.graph"
+
+
+def paper_cost(function_name):
+    """T_v of the paper's experiments: 10 for a convolution, 1 otherwise (Sec. 3, last paragraph).
+
+    A function counts as a convolution when its class name starts with ``"Conv"``
+    (``Convolution2DFunction``, ``ConvolutionND``...). ``Deconvolution2DFunction`` does not.
+    """
+    return 10 if function_name.startswith("Conv") else 1
+
+
+def read_cg(path, cost=paper_cost):
+    """Read a forward graph from the authors' ``cg_*.txt`` format.
+
+    The file holds a header ``n_vars n_records``; ``n_vars`` lines ``id bytes name`` where name
+    ``_`` is an activation, an integer is a model input and a path (``/predictor/...``) is a
+    parameter; then ``n_records`` records, each made of a line ``forward`` or ``backward``, a
+    line ``k p``, k input lines (``id ...``), p output lines (``id ...``), the function's class
+    name and a JSON line of its attributes.
+
+    Forward records give the edges (each activation input -> each output). Model inputs and
+    parameters are not nodes (Sec. 2). M_v is the variable's bytes, exactly (the authors' C++
+    rounds them; we do not). A function with several outputs becomes one node labelled by its
+    first output id, with the summed bytes and ``attrs["outputs"]`` listing the ids: its outputs
+    are created together, so a strategy cannot separate them. Backward records are checked for
+    form and otherwise ignored.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    cost : callable, optional
+        Maps a function's class name to T_v (positive int); default :func:`paper_cost`.
+
+    Returns
+    -------
+    Graph
+        Node labels are the activations' integer ids; ``attrs[v]["function"]`` is the class name
+        of the producing function.
+
+    Raises
+    ------
+    FormatError
+        If the file is malformed; the message names the file and the line (a bad header or
+        count, an unknown variable id, an activation produced twice or never, a record that
+        produces a model input or parameter, bad JSON, missing or extra lines).
+    GraphError
+        If the resulting graph is invalid (for example cyclic).
+    OSError
+        If the file cannot be read.
+    """
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    pos = 0
+
+    def take(what):
+        nonlocal pos
+        if pos >= len(lines):
+            raise FormatError(f"unexpected end of file, expected {what}", path, pos + 1)
+        pos += 1
+        return lines[pos - 1]
+
+    def ints(line, count, what):
+        parts = line.split()
+        if len(parts) != count:
+            raise FormatError(f"expected {what}, got {line!r}", path, pos)
+        try:
+            return [int(x) for x in parts]
+        except ValueError:
+            raise FormatError(f"expected {what} as integers, got {line!r}", path, pos) from None
+
+    n_vars, n_records = ints(take("header 'n_vars n_records'"), 2, "'n_vars n_records'")
+    nbytes, kind = {}, {}
+    for _ in range(n_vars):
+        line = take("a variable line 'id bytes name'")
+        parts = line.split(None, 2)
+        if len(parts) != 3:
+            raise FormatError(f"expected 'id bytes name', got {line!r}", path, pos)
+        try:
+            vid, b = int(parts[0]), int(parts[1])
+        except ValueError:
+            raise FormatError(f"expected integer id and bytes, got {line!r}", path, pos) from None
+        if vid in nbytes:
+            raise FormatError(f"variable id {vid} is defined twice", path, pos)
+        if b < 0:
+            raise FormatError(f"variable {vid} has negative bytes {b}", path, pos)
+        nbytes[vid] = b
+        name = parts[2].strip()
+        kind[vid] = "activation" if name == "_" else "input" if name.lstrip("-").isdigit() else "parameter"
+
+    def var_id(line):
+        try:
+            vid = int(line.split()[0])
+        except (ValueError, IndexError):
+            raise FormatError(f"expected a variable id, got {line!r}", path, pos) from None
+        if vid not in nbytes:
+            raise FormatError(f"unknown variable id {vid}", path, pos)
+        return vid
+
+    node_of = {}  # activation id -> node label (first output of its function)
+    producer_line = {}
+    nodes, costs, mems, attrs, edges_in = [], {}, {}, {}, []
+    for _ in range(n_records):
+        rec = take("'forward' or 'backward'").strip()
+        rec_line = pos
+        if rec not in ("forward", "backward"):
+            raise FormatError(f"expected 'forward' or 'backward', got {rec!r}", path, pos)
+        k, p = ints(take("'k p'"), 2, "'k p' (input and output counts)")
+        if k < 0 or p < 0:
+            raise FormatError(f"negative counts in {k} {p}", path, pos)
+        ins = [var_id(take("an input line")) for _ in range(k)]
+        outs = [var_id(take("an output line")) for _ in range(p)]
+        fname = take("the function's class name").strip()
+        if not fname:
+            raise FormatError("empty function class name", path, pos)
+        try:
+            json.loads(take("a JSON line"))
+        except json.JSONDecodeError as e:
+            raise FormatError(f"bad JSON: {e.msg}", path, pos) from None
+        if rec == "backward":
+            continue
+        if p == 0:
+            raise FormatError("a forward record with no outputs", path, rec_line)
+        for o in outs:
+            if kind[o] != "activation":
+                raise FormatError(f"forward record produces {kind[o]} {o}, not an activation",
+                                  path, rec_line)
+            if o in producer_line:
+                raise FormatError(
+                    f"activation {o} is produced twice (also at line {producer_line[o]})",
+                    path, rec_line)
+            producer_line[o] = rec_line
+        label = outs[0]
+        for o in outs:
+            node_of[o] = label
+        nodes.append(label)
+        c = cost(fname)
+        costs[label] = c
+        mems[label] = sum(nbytes[o] for o in outs)
+        attrs[label] = {"function": fname, "line": rec_line}
+        if p > 1:
+            attrs[label]["outputs"] = outs
+        edges_in.append((label, [i for i in ins if kind[i] == "activation"], rec_line))
+    if pos != len(lines):
+        raise FormatError(f"{len(lines) - pos} unexpected line(s) after the last record", path,
+                          pos + 1)
+    missing = sorted(v for v, kd in kind.items() if kd == "activation" and v not in node_of)
+    if missing:
+        raise FormatError(f"activation(s) {missing[:5]} are never produced by a forward record", path)
+    edges = set()
+    for label, ins, line in edges_in:
+        for i in ins:
+            if node_of[i] == label:
+                raise FormatError(f"function at line {line} consumes its own output {i}", path, line)
+            edges.add((node_of[i], label))
+    try:
+        return Graph(nodes, sorted(edges), costs, mems, attrs=attrs)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None
+
+
+def save_strategy(strategy, path):
+    """Write a :class:`CanonicalStrategy` as JSON (see :meth:`CanonicalStrategy.to_dict`)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(strategy.to_dict(), f)
+
+
+def load_strategy(path, graph=None):
+    """Read a strategy written by :func:`save_strategy`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    graph : Graph, optional
+        If given, the file's graph must equal it.
+
+    Returns
+    -------
+    CanonicalStrategy
+
+    Raises
+    ------
+    FormatError
+        If the file is not valid JSON.
+    StrategyError
+        If it is not a lowerset strategy, or was planned for a different graph.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"bad JSON: {e.msg}", path, e.lineno) from None
+    return CanonicalStrategy.from_dict(data, graph=graph)
+
+
+def save_graph(G, path):
+    """Write a :class:`Graph` as JSON: nodes, edges, cost (cost units) and memory (bytes)."""
+    data = {"format": _GRAPH_FORMAT, "version": 1, "nodes": list(G.labels),
+            "edges": [list(e) for e in G.edges], "cost": G.cost.tolist(),
+            "memory": G.memory.tolist()}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+
+
+def load_graph(path):
+    """Read a graph written by :func:`save_graph`.
+
+    Raises
+    ------
+    FormatError
+        If the file is not JSON of format "lowerset.graph" version 1.
+    GraphError
+        If the graph is invalid.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"bad JSON: {e.msg}", path, e.lineno) from None
+    if not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT or data.get("version") != 1:
+        raise FormatError("not a lowerset graph file (format 'lowerset.graph', version 1)", path)
+    nodes = data["nodes"]
+    return Graph(nodes, [tuple(e) for e in data["edges"]], dict(zip(nodes, data["cost"])),
+                 dict(zip(nodes, data["memory"])))

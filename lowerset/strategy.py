@@ -1,0 +1,209 @@
+"""Canonical strategies and their cost model: overhead (eq. 1) and peak memory (eq. 2).
+
+This module is the reference statement of the paper's cost model, written from the definitions
+with node sets. The DP kernels evaluate the same quantities incrementally
+(:func:`lowerset._kernels.transition`), and the tests check that both agree on every strategy the
+planners return.
+"""
+
+import numpy as np
+
+from .exceptions import StrategyError
+from .lowersets import check_lower_set
+
+__all__ = ["CanonicalStrategy"]
+
+_FORMAT = "lowerset.strategy"
+_VERSION = 1
+
+
+class CanonicalStrategy:
+    """The canonical strategy of a lower-set sequence L_1 ⊊ ... ⊊ L_k = V (paper, Sec. 3).
+
+    Forward: after computing segment V_i = L_i ∖ L_{i-1}, keep ∂(L_i) and discard the rest of
+    V_i. Backward, for i = k..1: recompute V_i from the cache of ∂(L_{i-1}), backpropagate
+    through V_i, and free it.
+
+    Parameters
+    ----------
+    graph : Graph
+    lower_sets : sequence of iterables of node labels (or bool masks of shape (n,))
+        L_1, ..., L_k; strictly increasing lower sets, the last equal to V. L_1 is not empty.
+    method, mode : str, optional
+        How the strategy was planned ("exact"/"approx"/a baseline; "time"/"memory"); kept as
+        information.
+    budget : int, optional
+        The budget in bytes it was planned for.
+    planner_seconds : float, optional
+        Wall time of the planner, seconds.
+
+    Attributes
+    ----------
+    lower_sets : list of frozenset
+        L_1, ..., L_k.
+    segments : list of frozenset
+        V_1, ..., V_k.
+    cached : list of frozenset
+        ∂(L_1), ..., ∂(L_k): the values kept after each forward segment (∂(V) is empty).
+    recomputed : frozenset
+        V ∖ U_k, the nodes computed twice.
+    overhead : int
+        Eq. (1): T(V ∖ U_k) = Σ_i T(V_i ∖ ∂(L_i)), cost units.
+    memory_profile : list of int
+        M(1), ..., M(k) of eq. (2), bytes.
+    peak_memory : int
+        max_i M(i), bytes.
+
+    Raises
+    ------
+    NotALowerSetError
+        If some L_i is not a lower set (the message names an entering edge).
+    StrategyError
+        If the sequence is empty, not strictly increasing, or does not end with V.
+    GraphError
+        If a label is not a node.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3, eq. (1) and (2).
+
+    Examples
+    --------
+    >>> g = ls.Graph.chain(4, memory=10)
+    >>> s = ls.CanonicalStrategy(g, [{0, 1}, {0, 1, 2, 3}])
+    >>> s.overhead, s.memory_profile, s.peak_memory
+    (3, [40, 50], 50)
+    """
+
+    def __init__(self, graph, lower_sets, *, method=None, mode=None, budget=None,
+                 planner_seconds=None):
+        self.graph = graph
+        masks = [check_lower_set(graph, L) for L in lower_sets]
+        if not masks:
+            raise StrategyError("a canonical strategy needs at least one lower set (V)")
+        prev = np.zeros(graph.n, dtype=bool)
+        for i, m in enumerate(masks):
+            if not (m >= prev).all() or m.sum() <= prev.sum():
+                raise StrategyError(
+                    f"lower set {i + 1} does not strictly contain the one before it; "
+                    "the sequence must be strictly increasing")
+            prev = m
+        if not masks[-1].all():
+            missing = graph.nodes_of(~masks[-1])
+            raise StrategyError(f"the last lower set must be V; it misses {sorted(map(repr, missing))[:5]}")
+        self._masks = masks
+        self.method = method
+        self.mode = mode
+        self.budget = None if budget is None else int(budget)
+        self.planner_seconds = planner_seconds
+        self._evaluate()
+
+    def _evaluate(self):
+        g = self.graph
+        T, M = g.cost, g.memory
+        U = np.zeros(g.n, dtype=bool)
+        prev = np.zeros(g.n, dtype=bool)
+        self.lower_sets, self.segments, self.cached = [], [], []
+        profile, overhead = [], 0
+        for L in self._masks:
+            Vi = L & ~prev
+            outside = ~L
+            bnd = np.zeros(g.n, dtype=bool)       # ∂(L) = δ−(V∖L) ∩ L
+            succ_out = np.zeros(g.n, dtype=bool)  # δ+(L) ∖ L
+            for v in np.flatnonzero(L):
+                s = g.succs(v)
+                s_out = s[outside[s]]
+                if s_out.size:
+                    bnd[v] = True
+                    succ_out[s_out] = True
+            pred_of = np.zeros(g.n, dtype=bool)   # δ−(δ+(L)) ∖ L
+            for w in np.flatnonzero(succ_out):
+                p = g.preds(w)
+                pred_of[p[outside[p]]] = True
+            Mi = (int(M[U].sum()) + 2 * int(M[Vi].sum()) + int(M[succ_out].sum())
+                  + int(M[pred_of].sum()))
+            profile.append(Mi)
+            overhead += int(T[Vi & ~bnd].sum())
+            U |= bnd
+            self.lower_sets.append(g.nodes_of(L))
+            self.segments.append(g.nodes_of(Vi))
+            self.cached.append(g.nodes_of(bnd))
+            prev = L
+        self.memory_profile = profile
+        self.peak_memory = max(profile)
+        self.overhead = overhead
+        self.recomputed = g.nodes_of(~U)
+
+    def __len__(self):
+        return len(self.lower_sets)
+
+    def __repr__(self):
+        return (f"CanonicalStrategy(k={len(self)}, overhead={self.overhead}, "
+                f"peak_memory={self.peak_memory}, method={self.method!r}, mode={self.mode!r})")
+
+    # -- JSON ------------------------------------------------------------------------------------
+
+    def to_dict(self):
+        """Return a JSON-serialisable dict (format "lowerset.strategy", version 1).
+
+        It holds the graph (nodes, edges, costs, memory) and the lower sets, so a file can be
+        loaded without the graph and checked against one.
+
+        Raises
+        ------
+        StrategyError
+            If a node label is not a str or an int (JSON cannot keep other label types).
+        """
+        g = self.graph
+        for v in g.labels:
+            if not isinstance(v, (str, int)) or isinstance(v, bool):
+                raise StrategyError(f"node label {v!r} is not a str or int; cannot write JSON")
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "graph": {
+                "nodes": list(g.labels),
+                "edges": [list(e) for e in g.edges],
+                "cost": g.cost.tolist(),
+                "memory": g.memory.tolist(),
+            },
+            "lower_sets": [sorted(L, key=g.index.__getitem__) for L in self.lower_sets],
+            "method": self.method,
+            "mode": self.mode,
+            "budget": self.budget,
+            "overhead": self.overhead,
+            "peak_memory": self.peak_memory,
+        }
+
+    @classmethod
+    def from_dict(cls, data, graph=None):
+        """Inverse of :meth:`to_dict`.
+
+        Parameters
+        ----------
+        data : dict
+        graph : Graph, optional
+            If given, the stored graph must equal it and the strategy is attached to `graph`.
+
+        Raises
+        ------
+        StrategyError
+            If the dict is not a lowerset strategy of a known version, or its graph differs
+            from `graph`.
+        """
+        from .graph import Graph
+
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
+        if data.get("version") != _VERSION:
+            raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
+        gd = data["graph"]
+        stored = Graph(gd["nodes"], [tuple(e) for e in gd["edges"]],
+                       dict(zip(gd["nodes"], gd["cost"])), dict(zip(gd["nodes"], gd["memory"])))
+        if graph is not None:
+            if graph.fingerprint()[:3] != stored.fingerprint()[:3] or set(graph.edges) != set(stored.edges):
+                raise StrategyError("the strategy was planned for a different graph")
+        else:
+            graph = stored
+        return cls(graph, [set(L) for L in data["lower_sets"]], method=data.get("method"),
+                   mode=data.get("mode"), budget=data.get("budget"))
