@@ -1,0 +1,15 @@
+"""Chainer executor for :mod:`lowerset` plans (Kusumoto et al., NeurIPS 2019, Sec. 3).
+
+>>> graph = trace(lambda: F.softmax_cross_entropy(model(x), t))   # doctest: +SKIP
+>>> hook = RecomputeHook(lowerset.solve(graph, mode="time"))      # doctest: +SKIP
+"""
+
+from .exceptions import *  # noqa: F401,F403
+from .trace import trace, TracedGraph, preset_cost, COST_MODELS  # noqa: F401
+from .hook import RecomputeHook, LivenessHook  # noqa: F401
+from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401
+from . import exceptions
+
+__all__ = (["trace", "TracedGraph", "preset_cost", "COST_MODELS", "RecomputeHook",
+            "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport"]
+           + exceptions.__all__)

@@ -1,0 +1,56 @@
+"""Optional CuPy support: a guarded import and small helpers that work for NumPy and CuPy."""
+
+import numpy as np
+
+try:  # CuPy is optional; CPU-only machines import this module without it.
+    import cupy  # noqa: F401
+    _cupy_import_error = None
+except Exception as e:  # pragma: no cover - depends on the machine
+    cupy = None
+    _cupy_import_error = e
+
+__all__ = ["cupy", "cupy_available", "require_cupy", "is_cupy_array", "array_types",
+           "synchronize"]
+
+
+def cupy_available():
+    """Return True if CuPy imports and a CUDA device is visible."""
+    if cupy is None:
+        return False
+    try:  # pragma: no cover - needs a GPU
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # pragma: no cover
+        return False
+
+
+def require_cupy(what):
+    """Raise RuntimeError naming `what` if CuPy is not usable.
+
+    Raises
+    ------
+    RuntimeError
+        If CuPy cannot be imported (the import error is chained).
+    """
+    if cupy is None:
+        raise RuntimeError(f"{what} needs CuPy, which could not be imported") \
+            from _cupy_import_error
+
+
+def array_types():
+    """Tuple of the array types the executor handles (numpy.ndarray, and cupy.ndarray if any)."""
+    if cupy is None:
+        return (np.ndarray,)
+    return (np.ndarray, cupy.ndarray)  # pragma: no cover
+
+
+def is_cupy_array(a):
+    """Return True if `a` is a cupy.ndarray."""
+    return cupy is not None and isinstance(a, cupy.ndarray)
+
+
+def synchronize(arrays=()):
+    """Wait for the current CUDA stream if any of `arrays` (or none given) lives on a GPU."""
+    if cupy is None:
+        return
+    if not arrays or any(is_cupy_array(a) for a in arrays):  # pragma: no cover - GPU
+        cupy.cuda.get_current_stream().synchronize()

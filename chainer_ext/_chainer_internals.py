@@ -1,0 +1,97 @@
+"""Every access to a private attribute of Chainer 7.8.1 lives in this module.
+
+The executor needs to drop and restore the arrays that Chainer keeps for the backward pass without
+touching the shape and dtype bookkeeping of the graph. Chainer has no public API for that, so the
+few private attributes used are wrapped here, one small function each. Verified against
+Chainer 7.8.1 (``chainer/variable.py``, ``chainer/function_node.py``, ``chainer/_backprop.py``).
+
+Internals relied on
+-------------------
+- ``VariableNode._data``: the array a node holds after ``retain_data()``. The public ``data``
+  setter also clears ``shape`` and ``dtype``, which Chainer's backward uses to check gradients,
+  so we read and write ``_data`` directly.
+- ``VariableNode._variable``: weak reference to the node's ``Variable``
+  (read through the public ``get_variable_or_none``).
+- ``Variable._data``: a one-element list holding the array; the public ``array`` setter also
+  clears the node's shape and dtype, so we write ``_data[0]`` directly.
+- ``FunctionNode._input_indexes_to_retain`` / ``_output_indexes_to_retain``: which inputs and
+  outputs ``forward`` retained for ``backward``.
+- ``FunctionNode._retained_output_data``: the retained output arrays (a second reference besides
+  the output node's ``_data``).
+- ``BatchNormalization.running_mean`` / ``running_var``: the function updates these running
+  statistics inside ``forward``; recomputation sets them to ``None`` for the duration.
+"""
+
+import chainer
+
+__all__ = []
+
+# Function classes (by class name) whose forward draws random numbers but reuses what it drew
+# when the attribute is already set (Dropout: ``mask``/``states``; Gaussian: ``eps``). Their
+# forward-made state is never freed before their backward, so a recomputation reuses it.
+STOCHASTIC_FUNCTIONS = frozenset({"Dropout", "Gaussian", "Zoneout", "SimplifiedDropconnect",
+                                  "RReLU"})
+
+# Attributes a function updates in place during forward (running statistics). Recomputation
+# sets them to None, which makes the forward skip the update, and restores them afterwards.
+_SIDE_EFFECT_ATTRS = {
+    "BatchNormalization": ("running_mean", "running_var"),
+}
+
+# Config entries that can change what a forward computes; captured per function so that a
+# recomputation runs under the same configuration.
+CONFIG_KEYS = ("train", "use_cudnn", "cudnn_deterministic", "autotune", "use_ideep",
+               "use_cudnn_tensor_core", "cudnn_fast_batch_normalization", "dtype")
+
+
+def node_data(node):
+    """Array held by a VariableNode (``None`` if it holds none)."""
+    return node._data
+
+
+def set_node_data(node, array):
+    """Set a VariableNode's array without touching its shape/dtype bookkeeping."""
+    node._data = array
+
+
+def var_array(var):
+    """Array of a Variable (``None`` after it was dropped)."""
+    return var._data[0]
+
+
+def set_var_array(var, array):
+    """Set a Variable's array without clearing its node's shape and dtype."""
+    var._data[0] = array
+
+
+def retained_input_indexes(func):
+    """Tuple of input positions ``func`` retained for backward (empty if none)."""
+    idx = func._input_indexes_to_retain
+    return tuple(idx) if idx is not None else ()
+
+
+def retained_output_indexes(func):
+    """Tuple of output positions ``func`` retained for backward (empty if none)."""
+    idx = func._output_indexes_to_retain
+    return tuple(idx) if idx is not None else ()
+
+
+def retained_output_data(func):
+    """The tuple of retained output arrays of ``func`` (or ``None``)."""
+    return func._retained_output_data
+
+
+def set_retained_output_data(func, data):
+    """Set (or clear, with ``None``) the retained output arrays of ``func``."""
+    func._retained_output_data = data
+
+
+def side_effect_attrs(func):
+    """Names of attributes ``func`` updates in place in forward (e.g. BN running statistics)."""
+    return _SIDE_EFFECT_ATTRS.get(type(func).__name__, ())
+
+
+def capture_config():
+    """Tuple of the current values of :data:`CONFIG_KEYS` (missing keys give ``None``)."""
+    cfg = chainer.config
+    return tuple(getattr(cfg, k, None) for k in CONFIG_KEYS)
