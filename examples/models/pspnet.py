@@ -19,12 +19,19 @@ authors' graph records (parameter names ``/model/extractor/...``, ``/aux_conv1/.
 - loss: ``0.4 * aux_loss + main_loss``, both per-pixel softmax cross entropies.
 
 The number of classes is 17: the authors' ``head_conv2/b`` has 68 bytes. 385 nodes with the loss.
+
+Importing this module applies :func:`._compat.fix_resize_images`: Chainer 7.8.1's
+``resize_images`` uses ``numpy.float``, which NumPy >= 1.24 no longer has.
 """
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
 from chainer import initializers
+
+from ._compat import fix_resize_images
+
+fix_resize_images()
 
 __all__ = ["PSPNetTrainChain", "PSPNet", "DilatedResNet", "Conv2DBNActiv", "PyramidPoolingModule"]
 

@@ -2,7 +2,7 @@
 
 The original Caffe layout: one input channel, 572x572 input, unpadded 3x3 convolutions, 2x2
 max pooling, dropout 0.5 after the last ReLU of the two deepest levels, 2x2/2 up-convolutions
-(``Deconvolution2D``) followed by a ReLU, skip connections cropped to the centre with slicing
+(``Deconvolution2D``, to 512, 256, 128 and again 128 channels) followed by a ReLU, skip connections cropped to the centre with slicing
 (``GetItem``) and concatenated before the up-sampled map, and a 1x1 score convolution to 2
 classes; the loss is a per-pixel softmax cross entropy over the 388x388 output. Link names are
 the Caffe layer names of the authors' graph (``conv_d0a_b``, ``upconv_d4c_u3a``, ...), and the
@@ -59,14 +59,17 @@ class UNet(chainer.Chain):
                 setattr(self, f"conv_d{i}b_c", L.Convolution2D(c, c, 3, initialW=w))
                 prev = c
             # decoder: level i receives the up-convolution of level i + 1
-            self.upconv_d4c_u3a = L.Deconvolution2D(1024, 512, 2, stride=2, initialW=w)
+            # up-convolution into level i has up[i] channels; as in the original Caffe model,
+            # the last one keeps 128 (not 64), so conv_u0b_c sees 64 + 128 = 192 channels
+            up = [128, 128, 256, 512]
+            self.upconv_d4c_u3a = L.Deconvolution2D(1024, up[3], 2, stride=2, initialW=w)
             for i in (3, 2, 1, 0):
                 c = ch[i]
-                setattr(self, f"conv_u{i}b_c", L.Convolution2D(2 * c, c, 3, initialW=w))
+                setattr(self, f"conv_u{i}b_c", L.Convolution2D(c + up[i], c, 3, initialW=w))
                 setattr(self, f"conv_u{i}c_d", L.Convolution2D(c, c, 3, initialW=w))
                 if i > 0:
                     setattr(self, f"upconv_u{i}d_u{i - 1}a",
-                            L.Deconvolution2D(c, ch[i - 1], 2, stride=2, initialW=w))
+                            L.Deconvolution2D(c, up[i - 1], 2, stride=2, initialW=w))
             self.conv_u0d_score = L.Convolution2D(64, n_class, 1, initialW=w)
 
     @staticmethod
