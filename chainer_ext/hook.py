@@ -256,9 +256,7 @@ class RecomputeHook(chainer.FunctionHook):
             return
         if not chainer.config.enable_backprop:
             self._depth = 1   # not a node (trace skips these too)
-            self._skip = True
             return
-        self._complete_pending()
         j = self._pos
         name = type(function).__name__
         if j >= self._n:
@@ -274,8 +272,9 @@ class RecomputeHook(chainer.FunctionHook):
                 f"graph has {_fmt_sig(self._names[j], exp)}: the strategy was planned for "
                 "another model, batch size or input shape, or the forward pass changed; "
                 "re-trace and re-plan", position=j)
+        # the previous function is complete now: check it, then drop what it made droppable
+        self._complete_pending()
         self._depth = 1
-        self._skip = False
         self._funcs[j] = function
         self._func_pos[id(function)] = j
         self._before = array_attr_ids(function, self._types)
