@@ -92,10 +92,8 @@ def _graph_of(loss):
     Edges go from the producer of an input to its consumer.
     """
     G = nx.DiGraph()
-    ids = {}
+    ids = {id(loss.creator_node): 0}  # id(FunctionNode) -> node label, in discovery order
     stack = [loss.creator_node]
-    ids[id(loss.creator_node)] = 0
-    funcs = {0: loss.creator_node}
     while stack:
         f = stack.pop()
         u = ids[id(f)]
@@ -114,15 +112,14 @@ def _graph_of(loss):
         if fname == "MaxPoolingND" and len(f.ksize) == 2:
             attrs.update(kh=f.ksize[0], kw=f.ksize[1], sy=f.stride[0], sx=f.stride[1],
                          ph=f.pad[0], pw=f.pad[1])
-        G.add_node(u, function=_ALIASES.get(fname, fname), memory=memory, shapes=shapes, attrs=attrs,
-                   rank=f.rank)
+        G.add_node(u, function=_ALIASES.get(fname, fname), memory=memory, shapes=shapes,
+                   attrs=attrs, rank=f.rank)
         for x in f.inputs:
             p = x.creator_node
             if p is None:
                 continue
             if id(p) not in ids:
                 ids[id(p)] = len(ids)
-                funcs[ids[id(p)]] = p
                 stack.append(p)
             G.add_edge(ids[id(p)], u)
     return G
@@ -187,13 +184,13 @@ def _common_attrs(A, B, attrs):
     return {f: keys[0][f] & keys[1][f] for f in keys[0]}
 
 
-def _label(G, attrs, *, scale=None):
-    """Node label: function name, its ``attrs[function]`` and (if ``scale``) its bytes."""
+def _label(G, attrs, *, with_bytes=False):
+    """Node label: function name, its ``attrs[function]`` and (if ``with_bytes``) its bytes."""
     def lab(v):
         d = G.nodes[v]
         keep = attrs.get(d["function"], ())
         a = tuple(sorted((k, json.dumps(x)) for k, x in d["attrs"].items() if k in keep))
-        if scale is None:
+        if not with_bytes:
             return (d["function"], a)
         return (d["function"], a, d["memory"])
     return lab
@@ -286,8 +283,8 @@ def _check(name, size=None):
     if full:
         Gs = _scaled(G, 1, net.dump_batch)
         keep = _common_attrs(Gs, ref, _ATTRS)
-        fa = _fingerprints(Gs, _label(Gs, keep, scale=True))
-        fb = _fingerprints(ref, _label(ref, keep, scale=True))
+        fa = _fingerprints(Gs, _label(Gs, keep, with_bytes=True))
+        fb = _fingerprints(ref, _label(ref, keep, with_bytes=True))
     else:
         Gs = G
         keep = _common_attrs(G, ref, [a for a in _ATTRS if a not in _RES_ATTRS])
@@ -347,3 +344,67 @@ def test_make_batch_shapes():
     assert x.shape == (3, 3, 224, 224) and t.shape == (3,) and t.max() < 1000
     with pytest.raises(ValueError, match="16 \\* k \\+ 124"):
         NETWORKS["unet"].make_batch(1, (200, 200))
+
+
+def _check_backward(name, size, batch=2):
+    """One training step's gradients exist, are finite and reach every parameter."""
+    net = NETWORKS[name]
+    with chainer.using_config("train", True):
+        model = net.build(size)
+        x, t = net.make_batch(batch, size)
+        loss = net.loss(model, x, t)
+        assert loss.shape == () and np.isfinite(float(loss.array))
+        model.cleargrads()
+        loss.backward()
+    for path, p in model.namedparams():
+        assert p.grad is not None, path
+        assert np.isfinite(p.grad).all(), path
+
+
+def test_unet_backward():
+    _check_backward("unet", (188, 188))
+
+
+@pytest.mark.slow
+def test_pspnet_backward():
+    """Also exercises ResizeImagesGrad with the NumPy >= 1.24 fix (examples/models/_compat.py)."""
+    _check_backward("pspnet", (241, 241))
+
+
+def test_googlenet_loss_is_sum_of_three():
+    net = NETWORKS["googlenet"]
+    model = net.build()
+    x, t = net.make_batch(2, seed=3)
+    with chainer.using_config("train", False), chainer.no_backprop_mode():
+        y1, y2, y3 = model.logits(x)
+        expected = sum(float(chainer.functions.softmax_cross_entropy(y, t).array)
+                       for y in (y1, y2, y3))
+        got = float(net.loss(model, x, t).array)
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_comparison_detects_changes():
+    """The fingerprint comparison fails on one changed byte count, attribute or edge."""
+    ref, _ = _read_reference(_graph_path(NETWORKS["resnet50"]))
+    keep = _common_attrs(ref, ref, _ATTRS)
+
+    def fingerprint_multiset(G):
+        return collections.Counter(a + b for a, b in
+                                   _fingerprints(G, _label(G, keep, with_bytes=True)).values())
+
+    base = fingerprint_multiset(ref)
+    assert fingerprint_multiset(ref.copy()) == base
+    order = list(nx.topological_sort(ref))
+    conv = next(v for v in order if ref.nodes[v]["function"] == "Convolution2DFunction")
+    changed = ref.copy()
+    changed.nodes[conv]["memory"] += 4
+    assert fingerprint_multiset(changed) != base
+    changed = ref.copy()
+    changed.nodes[conv]["attrs"] = dict(changed.nodes[conv]["attrs"], ph=0)
+    assert fingerprint_multiset(changed) != base
+    adds = [v for v in order if ref.nodes[v]["function"] == "Add"]
+    changed = ref.copy()
+    u = next(iter(changed.predecessors(adds[1])))
+    changed.remove_edge(u, adds[1])
+    changed.add_edge(u, adds[2])
+    assert fingerprint_multiset(changed) != base

@@ -2,14 +2,15 @@
 
 The original Caffe layout: one input channel, 572x572 input, unpadded 3x3 convolutions, 2x2
 max pooling, dropout 0.5 after the last ReLU of the two deepest levels, 2x2/2 up-convolutions
-(``Deconvolution2D``, to 512, 256, 128 and again 128 channels) followed by a ReLU, skip connections cropped to the centre with slicing
-(``GetItem``) and concatenated before the up-sampled map, and a 1x1 score convolution to 2
-classes; the loss is a per-pixel softmax cross entropy over the 388x388 output. Link names are
-the Caffe layer names of the authors' graph (``conv_d0a_b``, ``upconv_d4c_u3a``, ...), and the
-network is the top-level chain (no ``/predictor``). 60 nodes with the loss.
+(``Deconvolution2D``, to 512, 256, 128 and again 128 channels) each followed by a ReLU, skip
+connections cropped to the centre with slicing (``GetItem``) and concatenated before the
+up-sampled map, and a 1x1 score convolution to 2 classes; the loss is a per-pixel softmax cross
+entropy over the 388x388 output. Link names are the Caffe layer names of the authors' graph
+(``conv_d0a_b``, ``upconv_d4c_u3a``, ...), and the network is the top-level chain (no
+``/predictor``). 60 nodes with the loss.
 
-Valid input sizes are ``16 * k + 124`` with ``k >= 4`` (572 = 16 * 28 + 124; the smallest is 188); the output
-is ``input - 184`` pixels wide.
+Valid input sizes are ``16 * k + 124`` with ``k >= 4`` (572 = 16 * 28 + 124; the smallest is
+188); the output is ``input - 184`` pixels wide.
 """
 
 import chainer
