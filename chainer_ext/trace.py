@@ -193,7 +193,7 @@ class _TraceHook(chainer.FunctionHook):
         self._complete_last()
 
 
-def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4):
+def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=True):
     """Run `fn` once and record its forward pass as a :class:`TracedGraph`.
 
     Parameters
@@ -209,12 +209,17 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4):
         Runs per function for "profile" (the first is the real forward).
     time_unit : float
         Seconds per cost unit for "profile".
+    count_state : bool
+        If True (default), M_v also counts the arrays a function keeps for its backward besides
+        its inputs and outputs (``state_bytes``: max-pooling argmax indexes, BatchNormalization
+        mean and inverse std, the softmax of softmax_cross_entropy, Dropout's mask). The hook
+        drops and recomputes them together with the node's outputs, so counting them lets plans
+        and measured memory be compared. If False, M_v is the bytes of the output arrays only.
 
     Returns
     -------
     TracedGraph
-        M_v is the bytes of the node's output arrays plus the arrays its function keeps for
-        backward besides its inputs and outputs (``state_bytes``); T_v as chosen.
+        M_v in bytes (see `count_state`); T_v as chosen.
 
     Raises
     ------
@@ -247,7 +252,7 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4):
         with hook:
             result = fn()
             hook.finish()
-        return _build(hook.records, result, cost_model, time_unit)
+        return _build(hook.records, result, cost_model, time_unit, count_state)
     finally:
         for r in hook.records:
             for arr, copy in r.saved:
@@ -255,7 +260,7 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4):
         np.random.set_state(rng_state)
 
 
-def _build(records, result, cost_model, time_unit):
+def _build(records, result, cost_model, time_unit, count_state):
     if isinstance(result, chainer.Variable):
         results = [result]
     elif isinstance(result, (tuple, list)) and all(isinstance(v, chainer.Variable) for v in result):
@@ -294,7 +299,7 @@ def _build(records, result, cost_model, time_unit):
         state_bytes = sum(b for _, b in r.state)
         name = type(f).__name__
         nodes.append(j)
-        memory[j] = out_bytes + state_bytes
+        memory[j] = out_bytes + (state_bytes if count_state else 0)
         if cost_model == "preset":
             cost[j] = preset_cost(name)
         else:

@@ -54,6 +54,8 @@ def test_retained_values_and_state():
     # max pooling keeps its argmax indexes for backward: counted in M_v
     assert g.attrs[pool]["state_bytes"] > 0
     assert g.memory[g.index[pool]] == g.attrs[pool]["output_bytes"] + g.attrs[pool]["state_bytes"]
+    g1, *_ = _trace("unet", count_state=False)
+    assert g1.memory[g1.index[pool]] == g1.attrs[pool]["output_bytes"]
     g2, *_ = _trace("resnet")
     add = _by_function(g2, "Add")[0]
     assert g2.attrs[add]["retained_inputs"] == [] and g2.attrs[add]["state_bytes"] == 0
