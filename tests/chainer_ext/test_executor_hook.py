@@ -210,3 +210,29 @@ def test_backward_outside_the_block_still_works():
     assert loss.array.tobytes() == ref[0].tobytes()
     for k, p in m.namedparams():
         assert p.grad.tobytes() == ref[1][k].tobytes(), k
+
+
+def test_partly_no_backprop_forward():
+    model, x, t, lossfn = make("mlp")
+
+    def partly(m, x, t):
+        with chainer.no_backprop_mode():
+            x2 = F.tanh(x)
+        return lossfn(m, x2.array * 1, t)
+    g = _trace(model, x, t, partly)
+    assert g.n == 14
+    ref = step(clone(model), x, t, partly)
+    for mode in ("time", "memory"):
+        hook = RecomputeHook(lowerset.solve(g, mode=mode))
+        assert_same(ref, step(clone(model), x, t, partly, hook))
+        assert hook.last_iteration["recomputed"]
+
+
+def test_hook_state_is_released_after_the_block():
+    model, x, t, lossfn = make("resnet")
+    g = _trace(model, x, t, lossfn)
+    hook = RecomputeHook(lowerset.solve(g, mode="memory"))
+    step(clone(model), x, t, lossfn, hook)
+    # no per-iteration reference (function nodes, cached boundary values, inputs) survives
+    assert all(f is None for f in hook._funcs)
+    assert hook._vals == {} and hook._ext == {} and hook._func_pos == {}
