@@ -261,7 +261,7 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 
 @njit(cache=True)
-def dp_fronts(lo, hi, budget, maximize, sets, size, class_start, tot_t, tot_m, bnd_bits, bnd_t,
+def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, tot_m, bnd_bits, bnd_t,
               bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, ft, fm, fpa, fpe, used,
               scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi`` (Sec. 4.2, Algorithm 1; pull form).
@@ -281,6 +281,9 @@ def dp_fronts(lo, hi, budget, maximize, sets, size, class_start, tot_t, tot_m, b
         B in bytes.
     maximize : bool
         False: time-centric (min overhead); True: memory-centric (max overhead, Sec. 4.4).
+    tcap : int64
+        States with overhead above `tcap` are dropped. Overhead never decreases along a
+        sequence, so a time-centric optimum <= `tcap` is still found exactly.
     sets : ndarray of uint64, shape (s, W)
         The family, sorted by size; set 0 is the empty set.
     size : ndarray of int64, shape (s,)
@@ -322,12 +325,16 @@ def dp_fronts(lo, hi, budget, maximize, sets, size, class_start, tot_t, tot_m, b
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
                                       extra, cost, memory)
             cap = budget - need
-            for e in range(fstart[a], fend[a]):
-                m = fm[e]
-                if m > cap:
-                    continue
+            # Cached bytes decrease along a front (see the sweeps below), so the entries with
+            # m <= cap are a suffix; in time-centric fronts t increases, so t2 > tcap ends it.
+            e0 = _first_at_most(fm, fstart[a], fend[a], cap)
+            for e in range(e0, fend[a]):
                 t2 = ft[e] + dt
-                m2 = m + dm
+                if t2 > tcap:
+                    if maximize:
+                        continue
+                    break
+                m2 = fm[e] + dm
                 if m2 < scratch_m[t2]:
                     scratch_m[t2] = m2
                     scratch_a[t2] = a
@@ -373,6 +380,18 @@ def dp_fronts(lo, hi, budget, maximize, sets, size, class_start, tot_t, tot_m, b
     return ft, fm, fpa, fpe, used, pairs
 
 
+@njit(cache=True, inline="always")
+def _first_at_most(values, lo, hi, cap):
+    """First index i in [lo, hi) with values[i] <= cap, for values decreasing on [lo, hi)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 @njit(cache=True)
 def _grow(arr, new_cap):
     out = np.empty(new_cap, dtype=arr.dtype)
@@ -407,7 +426,8 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
     """
     n_words = sets.shape[1]
     pairs = 0
-    cap = 256
+    cap = 64
+    # the front of the current target, kept free of dominated states as candidates arrive
     cm = np.empty(cap, dtype=np.int64)
     cp = np.empty(cap, dtype=np.int64)
     ca = np.empty(cap, dtype=np.int64)
@@ -429,45 +449,46 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
                     p = fp[e]
                 if p > upper:
                     continue
+                m2 = m + dm
+                dominated = False
+                for j in range(c):
+                    if cm[j] <= m2 and cp[j] <= p:
+                        dominated = True
+                        break
+                if dominated:
+                    continue
+                k = 0
+                for j in range(c):
+                    if not (m2 <= cm[j] and p <= cp[j]):
+                        cm[k] = cm[j]
+                        cp[k] = cp[j]
+                        ca[k] = ca[j]
+                        ce[k] = ce[j]
+                        k += 1
+                c = k
                 if c == cap:
                     cap *= 2
                     cm = _grow(cm, cap)
                     cp = _grow(cp, cap)
                     ca = _grow(ca, cap)
                     ce = _grow(ce, cap)
-                cm[c] = m + dm
+                cm[c] = m2
                 cp[c] = p
                 ca[c] = a
                 ce[c] = e
                 c += 1
         fstart[b] = used
-        if c == 0:
-            fend[b] = used
-            continue
-        order = np.argsort(cm[:c], kind="mergesort")
         if used + c > fm.shape[0]:
             new_cap = max(2 * fm.shape[0], used + c)
             fm = _grow(fm, new_cap)
             fp = _grow(fp, new_cap)
             fpa = _grow(fpa, new_cap)
             fpe = _grow(fpe, new_cap)
-        best = INF
-        i = 0
-        while i < c:
-            # among candidates with equal m keep the one of least p
-            j = i
-            k_best = order[i]
-            while j + 1 < c and cm[order[j + 1]] == cm[order[i]]:
-                j += 1
-                if cp[order[j]] < cp[k_best]:
-                    k_best = order[j]
-            if cp[k_best] < best:
-                best = cp[k_best]
-                fm[used] = cm[k_best]
-                fp[used] = cp[k_best]
-                fpa[used] = ca[k_best]
-                fpe[used] = ce[k_best]
-                used += 1
-            i = j + 1
+        for j in range(c):
+            fm[used] = cm[j]
+            fp[used] = cp[j]
+            fpa[used] = ca[j]
+            fpe[used] = ce[j]
+            used += 1
         fend[b] = used
     return fm, fp, fpa, fpe, used, pairs

@@ -24,6 +24,8 @@ METHODS = ("exact", "approx")
 
 # subset tests per kernel call: small enough that a time limit is checked every ~0.1 s
 _WORK_PER_CALL = 20_000_000
+# first overhead cap of the time-centric iterative deepening, in cost units
+_FIRST_TCAP = 4
 
 
 def _check_method(method):
@@ -71,7 +73,7 @@ def _trace_back(G, fam, fpa, fpe, entry):
     return chain[::-1]
 
 
-def _run_front_dp(G, fam, budget, maximize, deadline, start):
+def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
     s = fam.sets.shape[0]
     fstart = np.zeros(s, dtype=np.int64)
     fend = np.zeros(s, dtype=np.int64)
@@ -86,9 +88,10 @@ def _run_front_dp(G, fam, budget, maximize, deadline, start):
     scratch_a = np.zeros(T + 1, dtype=np.int64)
     scratch_e = np.zeros(T + 1, dtype=np.int64)
     pairs = 0
+    tcap = T if tcap is None else tcap
     for lo, hi in _blocks(fam, deadline, start):
         ft, fm, fpa, fpe, used, p = _kernels.dp_fronts(
-            lo, hi, np.int64(budget), maximize, fam.sets, fam.size, fam.class_start, fam.tot_t,
+            lo, hi, np.int64(budget), maximize, np.int64(tcap), fam.sets, fam.size, fam.class_start, fam.tot_t,
             fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
             G.memory, fstart, fend, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e)
         pairs += p
@@ -232,9 +235,9 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     Examples
     --------
     >>> g = ls.Graph.chain(4, memory=10)
-    >>> s = ls.solve(g, budget=60, mode="time")
+    >>> s = ls.solve(g, budget=50, mode="time")
     >>> s.overhead, s.peak_memory
-    (1, 60)
+    (1, 50)
     """
     _check_mode(mode)
     _check_method(method)
@@ -247,8 +250,17 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         budget = min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     fam = _get_family(G, method, max_lower_sets)
     maximize = mode == "memory"
-    fstart, fend, ft, fm, fpa, fpe, _ = _run_front_dp(G, fam, budget, maximize, deadline, start)
     last = fam.sets.shape[0] - 1
+    T = G.total_cost()
+    # Time-centric: iterative deepening on an overhead cap (exact, see dp_fronts); the fronts,
+    # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
+    tcap = T if maximize else min(T, _FIRST_TCAP)
+    while True:
+        fstart, fend, ft, fm, fpa, fpe, _ = _run_front_dp(G, fam, budget, maximize, deadline,
+                                                          start, tcap)
+        if fend[last] > fstart[last] or tcap >= T:
+            break
+        tcap = min(T, 4 * tcap)
     if fend[last] == fstart[last]:
         raise InfeasibleBudgetError(budget, min_budget(G, method, max_lower_sets=max_lower_sets),
                                     method=method)

@@ -72,7 +72,7 @@ class CanonicalStrategy:
     >>> g = ls.Graph.chain(4, memory=10)
     >>> s = ls.CanonicalStrategy(g, [{0, 1}, {0, 1, 2, 3}])
     >>> s.overhead, s.memory_profile, s.peak_memory
-    (3, [40, 50], 50)
+    (3, [50, 50], 50)
     """
 
     def __init__(self, graph, lower_sets, *, method=None, mode=None, budget=None,
