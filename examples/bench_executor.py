@@ -4,7 +4,8 @@ For each network: a plain Chainer step, liveness analysis only, the hook's bookk
 one-segment strategy [V] without liveness: recomputes and frees nothing), and the strategies of
 ``lowerset.solve`` (exact/approx x time/memory at the minimal budget). Times are medians over
 ``--repeats`` steps, taken round-robin over the configurations so that machine drift hits all of
-them alike; peak memory is measured in separate runs (tracemalloc slows Python code down).
+them alike; peak memory is measured in separate runs (tracemalloc slows Python code down), and
+each configuration's loss and parameter gradients are compared bitwise with the plain step's.
 
 Target (issue): time with the hook <= (1 + planned overhead / T(V)) x plain time + 5%, and the
 bookkeeping alone <= 5% over plain. The "bound" column is (1 + overhead / T(V)) * 1.05.
@@ -125,10 +126,18 @@ def bench(name, batch, size, repeats, methods, time_limit):
             times[i].append(time.perf_counter() - t0)
     rows = []
     plain_t = statistics.median(times[0])
+    ref = None
     for i, (label, hook, s) in enumerate(configs):
         rep = peak_memory(steps[i], params=model)
+        # bitwise check against the plain step (same parameters, same seed)
+        loss = steps[i]().array.copy()
+        grads = [p.grad.copy() for p in model.params()]
+        if ref is None:
+            ref = (loss, grads)
+        equal = (loss.tobytes() == ref[0].tobytes()
+                 and all(a.tobytes() == b.tobytes() for a, b in zip(grads, ref[1])))
         med = statistics.median(times[i])
-        row = {"config": label, "time_s": med, "time_ratio": med / plain_t,
+        row = {"config": label, "time_s": med, "time_ratio": med / plain_t, "equal": equal,
                "peak_bytes": rep.peak, "peak_without_grads": rep.peak_without_grads,
                "param_bytes": rep.param_bytes, "param_grad_bytes": rep.param_grad_bytes}
         if s is not None:
@@ -153,8 +162,9 @@ def markdown(results, info):
                      f"#V={r['nodes']}, params {r['param_bytes'] / 2**20:.1f} MiB)")
         lines.append("")
         lines.append("| configuration | time/iter (s) | x plain | bound | peak (MiB) | "
-                     "peak w/o new grads (MiB) | planned peak (MiB) | recomputed / planned |")
-        lines.append("|---|---|---|---|---|---|---|---|")
+                     "peak w/o new grads (MiB) | planned peak (MiB) | recomputed / planned | "
+                     "bitwise equal |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
         for row in r["rows"]:
             bound = f"{row['bound']:.3f}" if "bound" in row else ""
             pp = f"{row['planned_peak'] / 2**20:.1f}" if "planned_peak" in row else ""
@@ -162,7 +172,8 @@ def markdown(results, info):
                   if "recomputed" in row else "")
             lines.append(f"| {row['config']} | {row['time_s']:.3f} | {row['time_ratio']:.3f} | "
                          f"{bound} | {row['peak_bytes'] / 2**20:.1f} | "
-                         f"{row['peak_without_grads'] / 2**20:.1f} | {pp} | {rc} |")
+                         f"{row['peak_without_grads'] / 2**20:.1f} | {pp} | {rc} | "
+                         f"{'yes' if row['equal'] else 'NO'} |")
         for n in r["notes"]:
             lines.append(f"\nNot planned: {n}")
         lines.append("")
