@@ -1,0 +1,60 @@
+"""Hypothesis strategies for the planner tests: random DAGs with small integer costs and memory.
+
+Modelled on pckroon/hypothesis-networkx ``hypothesis_networkx/strategy.py``: one ``@st.composite``
+builder that raises ``ValueError`` on impossible ranges. DAGs are made without rejection: edges go
+only from i to j with i < j, then the nodes are relabelled by a random permutation so the input
+is not already in topological order. Costs T_v in 1..3 and memories M_v in 0..4 bytes are small so
+that ties between strategies occur.
+
+Shrinking: the edges (i, i+1) are drawn as "missing?" flags and every other edge as "present?"
+flags, so a failing example shrinks toward the path 0 -> 1 -> ... -> n-1 with costs 1 and memory
+0, relabelled by the identity; fewer nodes shrink first.
+"""
+
+import hypothesis.strategies as st
+
+import lowerset as ls
+
+
+@st.composite
+def dags(draw, min_nodes=1, max_nodes=7, max_cost=3, max_memory=4, labels="int"):
+    """Draw a :class:`lowerset.Graph` with ``min_nodes..max_nodes`` nodes.
+
+    Parameters
+    ----------
+    min_nodes, max_nodes : int
+        Node count range, ``1 <= min_nodes <= max_nodes``.
+    max_cost : int
+        T_v is drawn in ``1..max_cost`` (>= 1).
+    max_memory : int
+        M_v is drawn in ``0..max_memory`` bytes (>= 0).
+    labels : {"int", "str"}
+        Node labels: the integers of a random permutation, or ``"v<int>"`` strings.
+
+    Raises
+    ------
+    ValueError
+        On an impossible range.
+    """
+    if min_nodes < 1 or max_nodes < min_nodes:
+        raise ValueError(f"need 1 <= min_nodes <= max_nodes, got {min_nodes}, {max_nodes}")
+    if max_cost < 1 or max_memory < 0:
+        raise ValueError(f"need max_cost >= 1 and max_memory >= 0, got {max_cost}, {max_memory}")
+    if labels not in ("int", "str"):
+        raise ValueError(f"labels must be 'int' or 'str', got {labels!r}")
+    n = draw(st.integers(min_nodes, max_nodes), label="n")
+    edges = []
+    for j in range(1, n):
+        if not draw(st.booleans(), label=f"path edge {j - 1}->{j} missing"):
+            edges.append((j - 1, j))
+        for i in range(j - 1):
+            if draw(st.booleans(), label=f"edge {i}->{j}"):
+                edges.append((i, j))
+    cost = draw(st.lists(st.integers(1, max_cost), min_size=n, max_size=n), label="cost")
+    memory = draw(st.lists(st.integers(0, max_memory), min_size=n, max_size=n), label="memory")
+    perm = draw(st.permutations(range(n)), label="relabel")
+    name = (lambda i: perm[i]) if labels == "int" else (lambda i: f"v{perm[i]}")
+    nodes = [name(i) for i in range(n)]
+    return ls.Graph(nodes, [(name(i), name(j)) for i, j in edges],
+                    cost={name(i): cost[i] for i in range(n)},
+                    memory={name(i): memory[i] for i in range(n)})
