@@ -76,6 +76,9 @@ class RecomputeHook(chainer.FunctionHook):
 
     Notes
     -----
+    - One ``with`` block holds one forward pass and its backward pass. Forward applications
+      after the backward pass has started (including those Chainer makes inside backward) are
+      not matched against the graph.
     - Each value is recomputed at most once per iteration; a dropped value that no backward step
       needs is not recomputed at all, so the realised overhead is at most the planned one.
     - The last segment V_k is kept after the forward pass (the backward pass starts with it), and
