@@ -1,0 +1,151 @@
+"""Tests of lowerset.graph: construction, validation errors, networkx round trips (Sec. 2)."""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given
+
+import lowerset as ls
+
+from strategies import dags
+
+
+def _ones(nodes):
+    return {v: 1 for v in nodes}
+
+
+class TestConstruction:
+    def test_labels_are_topological(self):
+        g = ls.Graph(["c", "a", "b"], [("a", "b"), ("b", "c")], _ones("abc"), _ones("abc"))
+        assert g.labels == ("a", "b", "c")
+        assert g.n == 3
+        assert g.index == {"a": 0, "b": 1, "c": 2}
+
+    def test_cost_and_memory_arrays(self):
+        g = ls.Graph(["x", "y"], [("x", "y")], {"x": 10, "y": 1}, {"x": 0, "y": 7})
+        assert g.cost.dtype == np.int64 and g.memory.dtype == np.int64
+        assert g.cost.tolist() == [10, 1] and g.memory.tolist() == [0, 7]
+        assert g.total_cost() == 11 and g.total_memory() == 7
+
+    def test_integral_floats_accepted(self):
+        g = ls.Graph([0], [], {0: 2.0}, {0: 3.0})
+        assert g.cost.tolist() == [2] and g.memory.tolist() == [3]
+
+    def test_chain(self):
+        g = ls.Graph.chain(4, cost=2, memory=5)
+        assert g.labels == (0, 1, 2, 3)
+        assert sorted(g.edges) == [(0, 1), (1, 2), (2, 3)]
+        assert g.cost.tolist() == [2] * 4 and g.memory.tolist() == [5] * 4
+
+    def test_csr_matches_edges(self):
+        g = ls.Graph("abcd", [("a", "c"), ("b", "c"), ("c", "d"), ("a", "d")], _ones("abcd"),
+                     _ones("abcd"))
+        for i, v in enumerate(g.labels):
+            assert {g.labels[j] for j in g.preds(i)} == {u for u, w in g.edges if w == v}
+            assert {g.labels[j] for j in g.succs(i)} == {w for u, w in g.edges if u == v}
+
+    def test_mask_and_nodes_of(self):
+        g = ls.Graph.chain(3)
+        m = g.mask({0, 2})
+        assert m.tolist() == [True, False, True]
+        assert g.nodes_of(m) == frozenset({0, 2})
+        with pytest.raises(ls.GraphError, match="7"):
+            g.mask({7})
+        with pytest.raises(ls.GraphError, match="shape"):
+            g.mask(np.ones(4, dtype=bool))
+
+    def test_equality_and_hash(self):
+        a, b = ls.Graph.chain(3), ls.Graph.chain(3)
+        assert a == b and hash(a) == hash(b)
+        assert a != ls.Graph.chain(3, memory=2)
+
+
+class TestErrors:
+    def test_empty(self):
+        with pytest.raises(ls.GraphError, match="empty"):
+            ls.Graph([], [], {}, {})
+
+    def test_cycle_names_nodes(self):
+        with pytest.raises(ls.GraphError, match="cycle") as info:
+            ls.Graph(["a", "b", "c", "d"], [("a", "b"), ("b", "c"), ("c", "d"), ("d", "b")],
+                     _ones("abcd"), _ones("abcd"))
+        msg = str(info.value)
+        for v in "bcd":
+            assert repr(v) in msg
+        assert "'a'" not in msg
+
+    def test_self_loop(self):
+        with pytest.raises(ls.GraphError, match="'a'"):
+            ls.Graph(["a"], [("a", "a")], _ones("a"), _ones("a"))
+
+    def test_unknown_node(self):
+        with pytest.raises(ls.GraphError, match="'zz'"):
+            ls.Graph(["a"], [("a", "zz")], _ones("a"), _ones("a"))
+
+    def test_duplicate_node(self):
+        with pytest.raises(ls.GraphError, match="'a'"):
+            ls.Graph(["a", "a"], [], _ones("a"), _ones("a"))
+
+    @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3", float("nan"), float("inf")])
+    def test_bad_cost(self, bad):
+        with pytest.raises(ls.GraphError, match="'b'.*cost"):
+            ls.Graph(["a", "b"], [("a", "b")], {"a": 1, "b": bad}, _ones("ab"))
+
+    def test_missing_cost(self):
+        with pytest.raises(ls.GraphError, match="'b' has no cost"):
+            ls.Graph(["a", "b"], [], {"a": 1}, _ones("ab"))
+
+    def test_missing_memory(self):
+        with pytest.raises(ls.GraphError, match="'b' has no memory"):
+            ls.Graph(["a", "b"], [], _ones("ab"), {"a": 1})
+
+    @pytest.mark.parametrize("bad", [-1, 0.5, None])
+    def test_bad_memory(self, bad):
+        with pytest.raises(ls.GraphError, match="'a'.*memory"):
+            ls.Graph(["a"], [], _ones("a"), {"a": bad})
+
+    def test_zero_memory_allowed(self):
+        assert ls.Graph(["a"], [], _ones("a"), {"a": 0}).total_memory() == 0
+
+    def test_graph_error_is_value_error(self):
+        assert issubclass(ls.GraphError, ValueError)
+        assert issubclass(ls.GraphError, ls.LowersetError)
+
+    def test_from_networkx_undirected(self):
+        with pytest.raises(ls.GraphError, match="DiGraph"):
+            ls.Graph.from_networkx(nx.path_graph(3))
+
+    def test_from_networkx_cycle(self):
+        G = nx.DiGraph([(1, 2), (2, 1)])
+        nx.set_node_attributes(G, 1, "cost")
+        nx.set_node_attributes(G, 1, "memory")
+        with pytest.raises(ls.GraphError, match="cycle: 1 -> 2 -> 1|cycle: 2 -> 1 -> 2"):
+            ls.Graph.from_networkx(G)
+
+
+class TestNetworkx:
+    def test_round_trip_keeps_attrs(self):
+        G = nx.DiGraph()
+        G.add_node("x", cost=10, memory=4, function="Conv")
+        G.add_node("y", cost=1, memory=2)
+        G.add_edge("x", "y")
+        g = ls.Graph.from_networkx(G)
+        assert g.attrs["x"] == {"function": "Conv"}
+        H = g.to_networkx()
+        assert nx.utils.graphs_equal(G, H)
+
+    def test_custom_attribute_names(self):
+        G = nx.DiGraph([(0, 1)])
+        nx.set_node_attributes(G, {0: 3, 1: 4}, "t")
+        nx.set_node_attributes(G, {0: 5, 1: 6}, "m")
+        g = ls.Graph.from_networkx(G, cost="t", memory="m")
+        assert g.cost.tolist() == [3, 4] and g.memory.tolist() == [5, 6]
+
+    @given(dags(max_nodes=10))
+    def test_round_trip_random(self, g):
+        H = g.to_networkx()
+        assert nx.is_directed_acyclic_graph(H)
+        assert set(H.edges) == set(g.edges)
+        assert ls.Graph.from_networkx(H) == g
+        pos = {v: i for i, v in enumerate(g.labels)}
+        assert all(pos[v] < pos[w] for v, w in g.edges)

@@ -1,0 +1,221 @@
+"""Tests of lowerset.lowersets: is_lower_set, boundary, L_G, the pruned family (Sec. 2, 4.3).
+
+Oracles: all 2^#V subsets filtered by the definition (lowerset.bruteforce.subset_lower_sets),
+``#L_G == len(list(nx.antichains(G)))`` (a lower set is determined by its antichain of maximal
+elements), and ``L_v == nx.ancestors(G, v) | {v}``.
+"""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, note, strategies as st
+
+import lowerset as ls
+from lowerset.bruteforce import subset_lower_sets
+
+from strategies import dags
+
+
+def naive_is_lower_set(G, L):
+    """No edge (v, w) with v outside L and w inside (Sec. 2)."""
+    return all(v in L for v, w in G.edges if w in L)
+
+
+def naive_boundary(G, L):
+    """∂(L) = δ−(V∖L) ∩ L, from the definition."""
+    outside = set(G.labels) - set(L)
+    delta_minus = {v for v, w in G.edges if w in outside}
+    return frozenset(delta_minus & set(L))
+
+
+def edgeless(n):
+    return ls.Graph(range(n), [], {v: 1 for v in range(n)}, {v: 1 for v in range(n)})
+
+
+def diamond():
+    return ls.Graph("abcd", [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                    dict.fromkeys("abcd", 1), dict.fromkeys("abcd", 1))
+
+
+def wide(n_layers, width):
+    """Layers of `width` nodes, every node of a layer feeding every node of the next."""
+    nodes = [(i, j) for i in range(n_layers) for j in range(width)]
+    edges = [((i, j), (i + 1, k)) for i in range(n_layers - 1) for j in range(width)
+             for k in range(width)]
+    return ls.Graph(nodes, edges, dict.fromkeys(nodes, 1), dict.fromkeys(nodes, 1))
+
+
+# -- fixed cases ---------------------------------------------------------------------------------
+
+
+class TestFixed:
+    def test_empty_graph_raises(self):
+        with pytest.raises(ls.GraphError, match="empty"):
+            ls.Graph([], [], {}, {})
+
+    def test_cycle_raises_naming_it(self):
+        with pytest.raises(ls.GraphError, match=r"cycle: .*'x'.*'y'|cycle: .*'y'.*'x'"):
+            ls.Graph(["x", "y", "z"], [("x", "y"), ("y", "x"), ("x", "z")],
+                     dict.fromkeys("xyz", 1), dict.fromkeys("xyz", 1))
+
+    @pytest.mark.parametrize("n", [1, 2, 5, 10])
+    def test_edgeless_every_subset(self, n):
+        g = edgeless(n)
+        family = ls.lower_sets(g)
+        assert len(family) == len(set(family)) == 2 ** n == ls.count_lower_sets(g)
+        assert set(family) == set(subset_lower_sets(g))
+
+    def test_single_node(self):
+        g = ls.Graph.chain(1)
+        assert set(ls.lower_sets(g)) == {frozenset(), frozenset({0})}
+        assert ls.pruned_lower_sets(g) == {0: frozenset({0})}
+        assert ls.boundary(g, {0}) == frozenset()
+
+    @pytest.mark.parametrize("n", [1, 2, 7])
+    def test_path(self, n):
+        g = ls.Graph.chain(n)
+        assert set(ls.lower_sets(g)) == {frozenset(range(k)) for k in range(n + 1)}
+        assert ls.count_lower_sets(g) == n + 1
+        assert ls.pruned_lower_sets(g) == {v: frozenset(range(v + 1)) for v in range(n)}
+        for k in range(1, n):
+            assert ls.boundary(g, set(range(k))) == {k - 1}
+
+    def test_diamond(self):
+        g = diamond()
+        expected = {"", "a", "ab", "ac", "abc", "abcd"}
+        assert set(ls.lower_sets(g)) == {frozenset(s) for s in expected}
+        assert ls.pruned_lower_sets(g) == {"a": frozenset("a"), "b": frozenset("ab"),
+                                           "c": frozenset("ac"), "d": frozenset("abcd")}
+        assert ls.boundary(g, "a") == frozenset("a")
+        assert ls.boundary(g, "ab") == frozenset("ab")  # a -> c and b -> d leave
+        assert ls.boundary(g, "abc") == frozenset("bc")
+        assert ls.boundary(g, "abcd") == frozenset()
+        assert ls.boundary(g, "") == frozenset()
+        assert not ls.is_lower_set(g, "bc")
+        assert ls.is_lower_set(g, "ac")
+
+    def test_docstring_example_two_sources(self):
+        g = ls.Graph("abc", [("a", "c"), ("b", "c")], dict.fromkeys("abc", 1),
+                     dict.fromkeys("abc", 1))
+        assert sorted(sorted(L) for L in ls.lower_sets(g)) == [[], ["a"], ["a", "b"],
+                                                              ["a", "b", "c"], ["b"]]
+
+    def test_boundary_of_non_lower_set_names_edge(self):
+        g = diamond()
+        with pytest.raises(ls.NotALowerSetError, match=r"\('a', 'b'\)"):
+            ls.boundary(g, {"b"})
+
+    def test_is_lower_set_accepts_mask(self):
+        g = ls.Graph.chain(3)
+        assert ls.is_lower_set(g, np.array([True, True, False]))
+        assert not ls.is_lower_set(g, np.array([False, True, False]))
+
+    def test_unknown_node(self):
+        with pytest.raises(ls.GraphError, match="99"):
+            ls.is_lower_set(ls.Graph.chain(3), {99})
+        with pytest.raises(ls.GraphError, match="99"):
+            ls.boundary(ls.Graph.chain(3), {0, 99})
+
+    def test_max_lower_sets(self):
+        g = edgeless(6)  # 64 lower sets
+        assert ls.count_lower_sets(g, max_lower_sets=64) == 64
+        with pytest.raises(ls.SearchLimitError) as info:
+            ls.count_lower_sets(g, max_lower_sets=63)
+        assert info.value.limit == "max_lower_sets"
+        with pytest.raises(ls.SearchLimitError):
+            ls.lower_sets(g, max_lower_sets=10)
+
+
+class TestMultiWord:
+    """Graphs of more than 64 nodes use several uint64 words per bitset."""
+
+    def test_long_chain(self):
+        n = 130
+        g = ls.Graph.chain(n)
+        family = ls.lower_sets(g)
+        assert set(family) == {frozenset(range(k)) for k in range(n + 1)}
+        assert ls.count_lower_sets(g) == n + 1
+        pruned = ls.pruned_lower_sets(g)
+        assert all(pruned[v] == frozenset(range(v + 1)) for v in (0, 63, 64, 65, 127, 128, 129))
+        assert ls.boundary(g, set(range(64))) == {63}
+        assert ls.boundary(g, set(range(65))) == {64}
+        assert ls.is_lower_set(g, set(range(100)))
+        assert not ls.is_lower_set(g, set(range(100)) - {70})
+
+    def test_wide_graph(self):
+        # 35 layers of 2 nodes, complete bipartite between layers: 70 nodes;
+        # lower sets = ∅ plus, per layer i, 3 ways to cut it (one of two nodes, or both)
+        g = wide(35, 2)
+        assert g.n == 70
+        family = ls.lower_sets(g)
+        assert len(family) == len(set(family)) == 1 + 3 * 35
+        G = g.to_networkx()
+        assert len(family) == len(list(nx.antichains(G)))
+        assert all(naive_is_lower_set(g, L) for L in family)
+        pruned = ls.pruned_lower_sets(g)
+        assert all(pruned[v] == frozenset(nx.ancestors(G, v) | {v}) for v in g.labels)
+        L = frozenset((i, j) for i in range(33) for j in range(2)) | {(33, 0)}
+        assert L in set(family)
+        assert ls.boundary(g, L) == naive_boundary(g, L) == {(32, 0), (32, 1), (33, 0)}
+
+    def test_independent_chains_across_words(self):
+        # two chains of 40 (80 nodes): #L_G = 41 * 41
+        nodes = [(c, i) for c in range(2) for i in range(40)]
+        edges = [((c, i), (c, i + 1)) for c in range(2) for i in range(39)]
+        g = ls.Graph(nodes, edges, dict.fromkeys(nodes, 1), dict.fromkeys(nodes, 1))
+        family = ls.lower_sets(g)
+        assert len(set(family)) == len(family) == 41 * 41
+        assert all(naive_is_lower_set(g, L) for L in family[:: 37])
+
+
+# -- properties on random DAGs -------------------------------------------------------------------
+
+
+@given(dags(max_nodes=12))
+def test_enumeration_equals_all_subsets(g):
+    family = ls.lower_sets(g)
+    assert len(family) == len(set(family)), "a lower set appears twice"
+    assert set(family) == set(subset_lower_sets(g))
+    assert frozenset() in family and frozenset(g.labels) in family
+    assert ls.count_lower_sets(g) == len(family)
+    assert g.n + 1 <= len(family) <= 2 ** g.n
+
+
+@given(dags(max_nodes=14))
+def test_every_set_is_lower_and_count_is_antichains(g):
+    family = ls.lower_sets(g)
+    note(f"#L_G = {len(family)}")
+    assert all(naive_is_lower_set(g, L) for L in family)
+    assert all(ls.is_lower_set(g, L) for L in family)
+    assert len(family) == len(set(family)) == len(list(nx.antichains(g.to_networkx())))
+
+
+@given(dags(max_nodes=14))
+def test_pruned_family(g):
+    G = g.to_networkx()
+    pruned = ls.pruned_lower_sets(g)
+    assert set(pruned) == set(g.labels)
+    for v, Lv in pruned.items():
+        assert Lv == frozenset(nx.ancestors(G, v) | {v})
+    assert len(set(pruned.values())) == g.n  # distinct: v is the only maximal element of L_v
+    assert set(pruned.values()) <= set(ls.lower_sets(g))
+
+
+@given(dags(max_nodes=14), st.data())
+def test_union_intersection_boundary(g, data):
+    family = ls.lower_sets(g)
+    A = data.draw(st.sampled_from(family), label="A")
+    B = data.draw(st.sampled_from(family), label="B")
+    assert ls.is_lower_set(g, A | B) and ls.is_lower_set(g, A & B)
+    assert (A | B) in family and (A & B) in family
+    assert ls.boundary(g, A) == naive_boundary(g, A)
+    assert ls.boundary(g, A) <= A
+
+
+@given(dags(max_nodes=10), st.data())
+def test_is_lower_set_on_any_subset(g, data):
+    S = data.draw(st.sets(st.sampled_from(g.labels)), label="S")
+    assert ls.is_lower_set(g, S) == naive_is_lower_set(g, S)
+    if not naive_is_lower_set(g, S):
+        with pytest.raises(ls.NotALowerSetError, match="enters it from outside"):
+            ls.boundary(g, S)
