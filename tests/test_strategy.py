@@ -1,0 +1,283 @@
+"""Tests of lowerset.strategy: the canonical strategy's cost model, eq. (1) and (2) (Sec. 3).
+
+Hand-computed values on a chain, a diamond and a skip connection (paper Fig. 2), validation
+errors, JSON round trips, and agreement with the independent set-based evaluation of
+lowerset.bruteforce on every sequence of small random graphs.
+"""
+
+import json
+import random
+
+import pytest
+from hypothesis import given, note, settings
+
+import lowerset as ls
+from lowerset.bruteforce import all_sequences, sequence_cost
+
+from strategies import dags
+
+
+def chain4():
+    # 0 -> 1 -> 2 -> 3, T = (1, 10, 1, 1), M = (1, 2, 4, 8)
+    return ls.Graph(range(4), [(0, 1), (1, 2), (2, 3)], {0: 1, 1: 10, 2: 1, 3: 1},
+                    {0: 1, 1: 2, 2: 4, 3: 8})
+
+
+def diamond():
+    # a -> b -> d, a -> c -> d; T = (1, 10, 1, 1), M = (1, 2, 4, 8)
+    return ls.Graph("abcd", [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                    {"a": 1, "b": 10, "c": 1, "d": 1}, {"a": 1, "b": 2, "c": 4, "d": 8})
+
+
+def skip():
+    # 0 -> 1 -> 2 -> 3 and the skip 0 -> 3 (paper Fig. 2); T = 1, M = (1, 2, 4, 8)
+    return ls.Graph(range(4), [(0, 1), (1, 2), (2, 3), (0, 3)], dict.fromkeys(range(4), 1),
+                    {0: 1, 1: 2, 2: 4, 3: 8})
+
+
+def check(s, overhead, profile, cached=None, recomputed=None):
+    assert s.overhead == overhead
+    assert s.memory_profile == profile
+    assert s.peak_memory == max(profile)
+    if cached is not None:
+        assert s.cached == [frozenset(c) for c in cached]
+    if recomputed is not None:
+        assert s.recomputed == frozenset(recomputed)
+    # the independent evaluation agrees
+    assert sequence_cost(s.graph, s.lower_sets) == (overhead, max(profile))
+
+
+class TestHandComputed:
+    def test_chain_two_segments(self):
+        # L1 = {0,1}: V1 = {0,1}, ∂ = {1}; M(1) = 0 + 2*(1+2) + M({2}) + M(∅) = 10; T({0}) = 1
+        # L2 = V: V2 = {2,3}, U1 = {1}; M(2) = 2 + 2*(4+8) = 26; T({2,3}) = 2
+        s = ls.CanonicalStrategy(chain4(), [{0, 1}, {0, 1, 2, 3}])
+        check(s, 3, [10, 26], cached=[{1}, set()], recomputed={0, 2, 3})
+        assert s.segments == [frozenset({0, 1}), frozenset({2, 3})]
+        assert s.lower_sets == [frozenset({0, 1}), frozenset(range(4))]
+        assert len(s) == 2
+
+    def test_chain_singletons(self):
+        # every prefix: ∂(L_i) = {i-1}; M(i) = M({0..i-2}) + 2 M_i + M_{i+1}
+        # M(1) = 0 + 2 + 2 = 4, M(2) = 1 + 4 + 4 = 9, M(3) = 3 + 8 + 8 = 19, M(4) = 7 + 16 = 23
+        # only the last segment {3} is recomputed: overhead T_3 = 1
+        s = ls.CanonicalStrategy(chain4(), [{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}])
+        check(s, 1, [4, 9, 19, 23], cached=[{0}, {1}, {2}, set()], recomputed={3})
+
+    def test_chain_one_segment(self):
+        # [V]: everything is recomputed, T(V) = 13; M(1) = 2 M(V) = 30
+        s = ls.CanonicalStrategy(chain4(), [set(range(4))])
+        check(s, 13, [30], cached=[set()], recomputed=range(4))
+
+    def test_chain_docstring(self):
+        g = ls.Graph.chain(4, memory=10)
+        s = ls.CanonicalStrategy(g, [{0, 1}, {0, 1, 2, 3}])
+        check(s, 3, [50, 50])
+
+    def test_diamond_two_segments(self):
+        # L1 = {a,b}: ∂ = {a,b} (a -> c, b -> d leave); δ+(L1)∖L1 = {c,d}: 12;
+        #   δ−({c,d})∖L1 = {a,b,c}∖L1 = {c}: 4 (c counts in both terms, as eq. (2) is written);
+        #   M(1) = 0 + 2*3 + 12 + 4 = 22; T(V1∖∂) = 0
+        # L2 = V: V2 = {c,d}, U1 = {a,b}: M(2) = 3 + 2*12 = 27; T({c,d}) = 2
+        s = ls.CanonicalStrategy(diamond(), [set("ab"), set("abcd")])
+        check(s, 2, [22, 27], cached=["ab", ""], recomputed="cd")
+
+    def test_diamond_three_segments(self):
+        # L1 = {a}: ∂ = {a}; δ+ = {b,c}: 6; δ−({b,c})∖L1 = ∅; M(1) = 2 + 6 = 8; t = 0
+        # L2 = {a,b,c}: V2 = {b,c}, ∂ = {b,c}; δ+∖L2 = {d}: 8, δ−({d})∖L2 = ∅;
+        #   M(2) = M({a}) + 2*6 + 8 = 21; t += T(∅) = 0
+        # L3 = V: V3 = {d}, U2 = {a,b,c}: M(3) = 7 + 16 = 23; t += T({d}) = 1
+        s = ls.CanonicalStrategy(diamond(), [set("a"), set("abc"), set("abcd")])
+        check(s, 1, [8, 21, 23], cached=["a", "bc", ""], recomputed="d")
+
+    def test_diamond_heavy_node_recomputed(self):
+        # L1 = {a,c}: V1 = {a,c}, ∂ = {a,c}; δ+∖L1 = {b,d}: 10; δ−({b,d})∖L1 = {b}: 2;
+        #   M(1) = 0 + 2*5 + 10 + 2 = 22; t = 0
+        # L2 = V: V2 = {b,d}, U1 = {a,c}: M(2) = 5 + 2*10 = 25; t = T({b,d}) = 11
+        s = ls.CanonicalStrategy(diamond(), [set("ac"), set("abcd")])
+        check(s, 11, [22, 25], cached=["ac", ""], recomputed="bd")
+
+    def test_skip_connection_singletons(self):
+        # L1 = {0}: ∂ = {0}; δ+ = {1,3}: 10; δ−({1,3})∖L1 = {2}: 4; M(1) = 2 + 10 + 4 = 16
+        # L2 = {0,1}: ∂ = {0,1}; U1 = {0}: 1; δ+∖L2 = {2,3}: 12; δ−({2,3})∖L2 = {2}: 4;
+        #   M(2) = 1 + 4 + 12 + 4 = 21
+        # L3 = {0,1,2}: ∂ = {0,2}; U2 = {0,1}: 3; δ+∖L3 = {3}: 8; δ−({3})∖L3 = ∅;
+        #   M(3) = 3 + 8 + 8 = 19
+        # L4 = V: U3 = {0,1,2}: 7; M(4) = 7 + 16 = 23; overhead T({3}) = 1
+        s = ls.CanonicalStrategy(skip(), [{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}])
+        check(s, 1, [16, 21, 19, 23], cached=[{0}, {0, 1}, {0, 2}, set()], recomputed={3})
+
+    def test_skip_connection_keeps_input_cached(self):
+        # L1 = {0,1}: ∂ = {0,1} (0 -> 3 skips over); δ+∖L1 = {2,3}: 12; δ−({2,3})∖L1 = {2}: 4;
+        #   M(1) = 2*3 + 12 + 4 = 22; t = 0
+        # L2 = V: U1 = {0,1}: M(2) = 3 + 2*12 = 27; t = T({2,3}) = 2
+        s = ls.CanonicalStrategy(skip(), [{0, 1}, {0, 1, 2, 3}])
+        check(s, 2, [22, 27], cached=[{0, 1}, set()], recomputed={2, 3})
+
+    def test_masks_accepted(self):
+        import numpy as np
+
+        g = chain4()
+        s = ls.CanonicalStrategy(g, [np.array([True, True, False, False]), np.ones(4, bool)])
+        assert s.overhead == 3 and s.memory_profile == [10, 26]
+
+    def test_planner_metadata_kept(self):
+        s = ls.CanonicalStrategy(chain4(), [set(range(4))], method="exact", mode="time",
+                                 budget=30)
+        assert (s.method, s.mode, s.budget) == ("exact", "time", 30)
+        assert "overhead=13" in repr(s)
+
+
+class TestValidation:
+    def test_not_a_lower_set_names_edge(self):
+        with pytest.raises(ls.NotALowerSetError, match=r"\('a', 'c'\)"):
+            ls.CanonicalStrategy(diamond(), [{"c"}, set("abcd")])
+
+    def test_not_increasing_equal(self):
+        with pytest.raises(ls.StrategyError, match="strictly"):
+            ls.CanonicalStrategy(diamond(), [set("ab"), set("ab"), set("abcd")])
+
+    def test_not_increasing_incomparable(self):
+        with pytest.raises(ls.StrategyError, match="lower set 2 .*strictly"):
+            ls.CanonicalStrategy(diamond(), [set("ab"), set("ac"), set("abcd")])
+
+    def test_not_increasing_shrinks(self):
+        with pytest.raises(ls.StrategyError, match="strictly"):
+            ls.CanonicalStrategy(diamond(), [set("abc"), set("a"), set("abcd")])
+
+    def test_empty_first_set(self):
+        with pytest.raises(ls.StrategyError, match="strictly"):
+            ls.CanonicalStrategy(diamond(), [set(), set("abcd")])
+
+    def test_last_not_v(self):
+        with pytest.raises(ls.StrategyError, match="last lower set must be V.*'d'"):
+            ls.CanonicalStrategy(diamond(), [set("a"), set("abc")])
+
+    def test_empty_sequence(self):
+        with pytest.raises(ls.StrategyError, match="at least one"):
+            ls.CanonicalStrategy(diamond(), [])
+
+    def test_unknown_node(self):
+        with pytest.raises(ls.GraphError, match="'z'"):
+            ls.CanonicalStrategy(diamond(), [set("abcdz")])
+
+    def test_error_hierarchy(self):
+        for exc in (ls.StrategyError, ls.NotALowerSetError):
+            assert issubclass(exc, ValueError) and issubclass(exc, ls.LowersetError)
+
+
+class TestJSON:
+    def test_to_dict_from_dict(self):
+        g = diamond()
+        s = ls.CanonicalStrategy(g, [set("a"), set("abc"), set("abcd")], method="exact",
+                                 mode="time", budget=23)
+        d = json.loads(json.dumps(s.to_dict()))
+        assert d["format"] == "lowerset.strategy" and d["version"] == 1
+        assert d["overhead"] == 1 and d["peak_memory"] == 23
+        assert d["lower_sets"] == [["a"], ["a", "b", "c"], ["a", "b", "c", "d"]]
+        for graph in (None, g):
+            t = ls.CanonicalStrategy.from_dict(d, graph=graph)
+            assert t.graph == g
+            assert t.lower_sets == s.lower_sets
+            assert (t.overhead, t.memory_profile) == (s.overhead, s.memory_profile)
+            assert (t.method, t.mode, t.budget) == ("exact", "time", 23)
+
+    def test_save_load(self, tmp_path):
+        g = skip()
+        s = ls.CanonicalStrategy(g, [{0}, {0, 1, 2}, {0, 1, 2, 3}])
+        p = tmp_path / "s.json"
+        ls.save_strategy(s, p)
+        t = ls.load_strategy(p, graph=g)
+        assert t.graph is g
+        assert t.lower_sets == s.lower_sets and t.memory_profile == s.memory_profile
+        assert ls.load_strategy(p).graph == g
+
+    @pytest.mark.parametrize("other", [
+        lambda: ls.Graph(range(4), [(0, 1), (1, 2), (2, 3)], dict.fromkeys(range(4), 1),
+                         {0: 1, 1: 2, 2: 4, 3: 8}),  # skip edge missing
+        lambda: ls.Graph(range(4), [(0, 1), (1, 2), (2, 3), (0, 3)], dict.fromkeys(range(4), 1),
+                         {0: 1, 1: 2, 2: 4, 3: 9}),  # a memory differs
+        lambda: ls.Graph(range(4), [(0, 1), (1, 2), (2, 3), (0, 3)], {0: 2, 1: 1, 2: 1, 3: 1},
+                         {0: 1, 1: 2, 2: 4, 3: 8}),  # a cost differs
+        lambda: ls.Graph.chain(5),
+    ])
+    def test_load_against_other_graph(self, tmp_path, other):
+        s = ls.CanonicalStrategy(skip(), [{0, 1}, {0, 1, 2, 3}])
+        p = tmp_path / "s.json"
+        ls.save_strategy(s, p)
+        with pytest.raises(ls.StrategyError, match="different graph"):
+            ls.load_strategy(p, graph=other())
+        with pytest.raises(ls.StrategyError, match="different graph"):
+            ls.CanonicalStrategy.from_dict(s.to_dict(), graph=other())
+
+    def test_bad_dicts(self):
+        d = ls.CanonicalStrategy(skip(), [{0, 1, 2, 3}]).to_dict()
+        with pytest.raises(ls.StrategyError, match="format"):
+            ls.CanonicalStrategy.from_dict({**d, "format": "other"})
+        with pytest.raises(ls.StrategyError, match="version 2"):
+            ls.CanonicalStrategy.from_dict({**d, "version": 2})
+        with pytest.raises(ls.StrategyError):
+            ls.CanonicalStrategy.from_dict([1, 2])
+
+    def test_bad_json_file(self, tmp_path):
+        p = tmp_path / "bad.json"
+        p.write_text('{"format": "lowerset.strategy",\n  oops}')
+        with pytest.raises(ls.FormatError, match="bad.json, line 2") as info:
+            ls.load_strategy(p)
+        assert info.value.lineno == 2 and info.value.path == str(p)
+
+    def test_unserialisable_labels(self):
+        g = ls.Graph([(0, 1)], [], {(0, 1): 1}, {(0, 1): 1})
+        with pytest.raises(ls.StrategyError, match=r"\(0, 1\)"):
+            ls.CanonicalStrategy(g, [{(0, 1)}]).to_dict()
+
+    @given(dags(max_nodes=8, labels="str"))
+    def test_round_trip_random(self, g):
+        family = sorted(ls.lower_sets(g), key=len)
+        rng = random.Random(g.n)
+        chain = [L for L in family if L and rng.random() < 0.5 and L != frozenset(g.labels)]
+        # keep a strictly increasing subsequence
+        seq = []
+        for L in chain:
+            if not seq or (seq[-1] < L):
+                seq.append(L)
+        seq.append(frozenset(g.labels))
+        s = ls.CanonicalStrategy(g, seq)
+        d = json.loads(json.dumps(s.to_dict()))
+        t = ls.CanonicalStrategy.from_dict(d, graph=g)
+        assert t.lower_sets == s.lower_sets
+        assert ls.CanonicalStrategy.from_dict(d).graph == g
+
+
+# -- the cost model agrees with the independent evaluation ---------------------------------------
+
+
+@settings(max_examples=60)
+@given(dags(max_nodes=5))
+def test_every_sequence_matches_bruteforce(g):
+    """CanonicalStrategy and the set-based DFS of bruteforce.py agree on every sequence."""
+    seqs = all_sequences(g)
+    note(f"{len(seqs)} sequences")
+    for t, peak, lower in seqs:
+        s = ls.CanonicalStrategy(g, lower)
+        assert (s.overhead, s.peak_memory) == (t, peak), lower
+        assert sequence_cost(g, lower) == (t, peak)
+        # eq. (1) both ways: Σ T(V_i ∖ ∂(L_i)) = T(V ∖ U_k)
+        assert s.overhead == sum(int(g.cost[g.index[v]]) for v in s.recomputed)
+        assert frozenset().union(*s.segments) == frozenset(g.labels)
+        assert sum(len(x) for x in s.segments) == g.n
+
+
+@given(dags(max_nodes=10))
+def test_bounds_of_the_model(g):
+    """[V] peaks at 2 M(V) and recomputes everything; the profile's terms are non-negative."""
+    s = ls.CanonicalStrategy(g, [set(g.labels)])
+    assert s.overhead == g.total_cost()
+    assert s.memory_profile == [2 * g.total_memory()]
+    singles = [set(g.labels[: i + 1]) for i in range(g.n)]  # topological prefixes
+    s = ls.CanonicalStrategy(g, singles)
+    assert len(s.memory_profile) == g.n
+    # only the last node is in no boundary (a sink); every other topological prefix caches its
+    # boundary, so the recomputed set is the sinks in V_i ∖ ∂(L_i)
+    assert s.overhead <= g.total_cost()
+    assert all(m >= 0 for m in s.memory_profile)
