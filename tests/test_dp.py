@@ -1,0 +1,350 @@
+"""Tests of lowerset.dp: exact and approximate DPs, both modes, min_budget (Sec. 4.2-4.4).
+
+The oracle is the exhaustive search of lowerset.bruteforce (Sec. 4.1) over every lower-set
+sequence of small random DAGs: over all of L_G for method="exact", and over the family the
+approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method="approx".
+"""
+
+import os
+import pathlib
+
+import pytest
+from hypothesis.errors import InvalidArgument
+from hypothesis import example, given, note, settings, strategies as st
+
+import lowerset as ls
+from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
+                                 brute_time_centric)
+
+from strategies import dags
+
+
+def approx_family(g):
+    """∅, {L_v : v ∈ V} and V: the keys of the approximate DP (Sec. 4.3; V for several sinks)."""
+    return [frozenset(), frozenset(g.labels), *ls.pruned_lower_sets(g).values()]
+
+
+def _note(msg):
+    try:
+        note(msg)
+    except InvalidArgument:  # called from a plain test
+        pass
+
+
+def check_strategy(g, s, budget, mode, method):
+    """A returned strategy fits the budget and its reported costs are eq. (1) and (2)."""
+    assert s.peak_memory <= budget
+    assert (s.method, s.mode, s.budget) == (method, mode, budget)
+    fresh = ls.CanonicalStrategy(g, s.lower_sets)
+    assert (fresh.overhead, fresh.memory_profile) == (s.overhead, s.memory_profile)
+    if method == "approx":
+        fam = set(approx_family(g))
+        assert all(L in fam for L in s.lower_sets)
+
+
+def budgets_to_try(seqs):
+    """Every distinct peak of a sequence, one byte below each, and one far above."""
+    peaks = sorted({p for _, p, _ in seqs})
+    return sorted({*peaks, *(p - 1 for p in peaks if p > 0), 10 * peaks[-1] + 7})
+
+
+def check_against_bruteforce(g, method):
+    family = approx_family(g) if method == "approx" else None
+    seqs = all_sequences(g, family=family)
+    _note(f"{len(seqs)} sequences")
+    best = brute_min_budget(g, sequences=seqs)
+    mb, s = ls.min_budget(g, method, return_strategy=True)
+    assert mb == best
+    assert s.peak_memory == mb and s.mode == "min_budget" and s.budget == mb
+    assert ls.CanonicalStrategy(g, s.lower_sets).peak_memory == mb
+    previous_tc = None
+    for B in budgets_to_try(seqs):
+        tc = brute_time_centric(g, B, sequences=seqs)
+        mc = brute_memory_centric(g, B, sequences=seqs)
+        if tc is None:
+            assert B < mb
+            for mode in ("time", "memory"):
+                with pytest.raises(ls.InfeasibleBudgetError) as info:
+                    ls.solve(g, B, mode=mode, method=method)
+                assert info.value.budget == B and info.value.min_budget == mb
+            continue
+        s = ls.solve(g, B, mode="time", method=method)
+        check_strategy(g, s, B, "time", method)
+        assert s.overhead == tc, f"time-centric at B={B}"
+        m = ls.solve(g, B, mode="memory", method=method)
+        check_strategy(g, m, B, "memory", method)
+        assert m.overhead == mc, f"memory-centric at B={B}"
+        # the time-centric optimum never rises as the budget grows
+        assert previous_tc is None or tc <= previous_tc
+        previous_tc = tc
+    # budget=None means the minimal budget of the method
+    assert ls.solve(g, method=method).budget == mb
+    if mb > 0:
+        with pytest.raises(ls.InfeasibleBudgetError, match=f"minimal feasible budget is {mb}"):
+            ls.solve(g, mb - 1, method=method)
+
+
+# -- optimality against the exhaustive search -----------------------------------------------------
+
+
+@settings(max_examples=120)
+@given(dags(max_nodes=6))
+@example(ls.Graph.chain(1))
+@example(ls.Graph(range(3), [], dict.fromkeys(range(3), 1), dict.fromkeys(range(3), 2)))
+def test_exact_equals_bruteforce(g):
+    check_against_bruteforce(g, "exact")
+
+
+@settings(max_examples=25)
+@given(dags(min_nodes=7, max_nodes=7))
+def test_exact_equals_bruteforce_7_nodes(g):
+    check_against_bruteforce(g, "exact")
+
+
+@settings(max_examples=40)
+@given(dags(max_nodes=7, max_cost=40, max_memory=50))
+def test_exact_equals_bruteforce_wide_ranges(g):
+    """Larger costs exercise the time-centric iterative deepening on the overhead cap."""
+    check_against_bruteforce(g, "exact")
+
+
+@settings(max_examples=80)
+@given(dags(max_nodes=7))
+def test_approx_equals_bruteforce_on_its_family(g):
+    check_against_bruteforce(g, "approx")
+
+
+@settings(max_examples=80)
+@given(dags(max_nodes=7), st.data())
+def test_approx_never_beats_exact(g, data):
+    """The approximate DP searches a subfamily of L_G (Sec. 4.3): never better than exact."""
+    mb_exact = ls.min_budget(g, "exact")
+    mb_approx = ls.min_budget(g, "approx")
+    assert mb_approx >= mb_exact
+    B = data.draw(st.integers(mb_approx, 2 * g.total_memory() + 1), label="budget")
+    e = ls.solve(g, B, "time", "exact")
+    a = ls.solve(g, B, "time", "approx")
+    assert a.overhead >= e.overhead
+    assert a.peak_memory <= B and e.peak_memory <= B
+    em = ls.solve(g, B, "memory", "exact")
+    am = ls.solve(g, B, "memory", "approx")
+    assert am.overhead <= em.overhead
+    assert e.overhead <= em.overhead
+    if mb_approx > mb_exact:
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, mb_exact, method="approx")
+        assert info.value.min_budget == mb_approx
+        assert ls.solve(g, mb_exact, method="exact").peak_memory <= mb_exact
+
+
+@settings(max_examples=60)
+@given(dags(max_nodes=12), st.data())
+def test_monotone_in_budget(g, data):
+    """Beyond the oracle's reach: optima are monotone in B and reports match eq. (1), (2)."""
+    mb = ls.min_budget(g)
+    top = 2 * g.total_memory()
+    budgets = sorted(data.draw(st.lists(st.integers(mb, top), min_size=2, max_size=4),
+                               label="budgets"))
+    prev_t, prev_m = None, None
+    for B in budgets:
+        s = ls.solve(g, B)
+        check_strategy(g, s, B, "time", "exact")
+        m = ls.solve(g, B, mode="memory")
+        check_strategy(g, m, B, "memory", "exact")
+        assert s.overhead <= m.overhead <= g.total_cost()
+        if prev_t is not None:
+            assert s.overhead <= prev_t  # more memory never costs more time
+            assert m.overhead >= prev_m  # and never shrinks the largest feasible overhead
+        prev_t, prev_m = s.overhead, m.overhead
+    # with 2 M(V) every sequence fits: the time-centric optimum caches every boundary
+    s = ls.solve(g, top)
+    assert s.overhead == ls.solve(g, 10 * top + 1).overhead
+
+
+# -- fixed cases -----------------------------------------------------------------------------------
+
+
+class TestFixed:
+    def test_chain_docstring(self):
+        g = ls.Graph.chain(4, memory=10)
+        assert ls.min_budget(g) == 50
+        s = ls.solve(g, budget=50, mode="time")
+        assert (s.overhead, s.peak_memory) == (1, 50)
+
+    def test_several_sinks(self):
+        # two outputs (a loss and an auxiliary loss) and an isolated node: 7 nodes, 3 sinks
+        nodes = "abcdefg"
+        edges = [("a", "b"), ("b", "c"), ("c", "d"), ("b", "e"), ("e", "f"), ("a", "f")]
+        g = ls.Graph(nodes, edges, {v: 1 + i % 3 for i, v in enumerate(nodes)},
+                     {v: 1 + (3 * i) % 5 for i, v in enumerate(nodes)})
+        sinks = [v for v in nodes if not any(u == v for u, _ in edges)]
+        assert sorted(sinks) == ["d", "f", "g"]
+        # no L_v is V, so the approximate family needs V added
+        assert frozenset(nodes) not in ls.pruned_lower_sets(g).values()
+        check_against_bruteforce(g, "exact")
+        check_against_bruteforce(g, "approx")
+
+    def test_edgeless(self):
+        g = ls.Graph(range(5), [], dict.fromkeys(range(5), 2), {i: i for i in range(5)})
+        check_against_bruteforce(g, "exact")
+
+    def test_zero_memory(self):
+        g = ls.Graph.chain(4, memory=0)
+        assert ls.min_budget(g) == 0
+        s = ls.solve(g, 0)
+        assert s.peak_memory == 0 and s.overhead == 1
+
+    def test_min_budget_strategy_approx(self):
+        g = ls.Graph("abcd", [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                     dict.fromkeys("abcd", 1), {"a": 1, "b": 2, "c": 4, "d": 8})
+        mb, s = ls.min_budget(g, "approx", return_strategy=True)
+        assert s.method == "approx" and s.peak_memory == mb
+        assert mb == brute_min_budget(g, family=approx_family(g))
+
+
+class TestErrors:
+    g = ls.Graph.chain(3)
+
+    @pytest.mark.parametrize("kw", [{"mode": "fast"}, {"method": "greedy"}, {"mode": None},
+                                    {"method": "Exact"}])
+    def test_unknown_mode_or_method(self, kw):
+        with pytest.raises(ValueError, match="unknown"):
+            ls.solve(self.g, 10, **kw)
+
+    def test_min_budget_unknown_method(self):
+        with pytest.raises(ValueError, match="unknown method 'dp'"):
+            ls.min_budget(self.g, "dp")
+
+    @pytest.mark.parametrize("budget", [-1, 2.5, 10.0, True, "10"])
+    def test_bad_budget(self, budget):
+        with pytest.raises(ValueError, match="budget must be a non-negative integer"):
+            ls.solve(self.g, budget)
+
+    def test_numpy_integer_budget(self):
+        import numpy as np
+
+        assert ls.solve(self.g, np.int64(6)).budget == 6
+
+    @pytest.mark.parametrize("limit", [0, -1.0, "1"])
+    def test_bad_time_limit(self, limit):
+        with pytest.raises(ValueError, match="time_limit"):
+            ls.solve(self.g, 10, time_limit=limit)
+        with pytest.raises(ValueError, match="time_limit"):
+            ls.min_budget(self.g, time_limit=limit)
+
+    def test_infeasible_carries_budgets(self):
+        g = ls.Graph.chain(4, memory=10)
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, 49, mode="memory")
+        assert (info.value.budget, info.value.min_budget, info.value.method) == (49, 50, "exact")
+        assert "49" in str(info.value) and "50" in str(info.value)
+        assert not issubclass(ls.InfeasibleBudgetError, ValueError)
+
+    def test_max_lower_sets_small_graph(self):
+        g = ls.Graph(range(8), [], dict.fromkeys(range(8), 1), dict.fromkeys(range(8), 1))
+        with pytest.raises(ls.SearchLimitError) as info:
+            ls.solve(g, 100, max_lower_sets=255)
+        assert info.value.limit == "max_lower_sets"
+        with pytest.raises(ls.SearchLimitError):
+            ls.min_budget(g, max_lower_sets=255)
+        # the approximate DP does not enumerate L_G
+        assert ls.solve(g, 100, method="approx", max_lower_sets=1).peak_memory <= 100
+
+
+# -- the authors' graphs (paper Sec. 5) ------------------------------------------------------------
+
+
+def _graph_dir():
+    env = os.environ.get("LOWERSET_GRAPHS")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "graphs"
+
+
+GRAPHS = _graph_dir()
+SIZES = {"pspnet": 385, "unet": 60, "resnet50": 176, "resnet152": 516, "vgg19": 46,
+         "densenet": 568, "googlenet": 134}
+_cache = {}
+
+
+def authors_graph(name):
+    path = GRAPHS / f"cg_{name}.txt"
+    if not path.exists():
+        pytest.skip(f"authors' graph {path} not found; set LOWERSET_GRAPHS to the folder of "
+                    "the cg_*.txt files")
+    if name not in _cache:
+        _cache[name] = ls.read_cg(path)
+    return _cache[name]
+
+
+class TestAuthorsGraphs:
+    @pytest.mark.parametrize("name", sorted(SIZES))
+    def test_read_and_size(self, name):
+        g = authors_graph(name)
+        assert g.n == SIZES[name]
+        assert set(g.cost.tolist()) <= {1, 10}
+        assert 10 in g.cost.tolist()  # every network has convolutions
+
+    @pytest.mark.parametrize("name, count", [("googlenet", 27358), ("pspnet", 12533)])
+    def test_count_lower_sets(self, name, count):
+        assert ls.count_lower_sets(authors_graph(name)) == count
+
+    @pytest.mark.parametrize("name", ["vgg19", "unet", "resnet50"])
+    def test_small_graphs(self, name):
+        g = authors_graph(name)
+        mb, s = ls.min_budget(g, return_strategy=True)
+        mba = ls.min_budget(g, "approx")
+        assert mba >= mb and s.peak_memory == mb
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, mb - 1)
+        assert info.value.min_budget == mb
+        with pytest.raises(ls.InfeasibleBudgetError):
+            ls.solve(g, mba - 1, method="approx")
+        prev = None
+        for B in (mba, (mba + 2 * g.total_memory()) // 2, 2 * g.total_memory()):
+            e = ls.solve(g, B)
+            a = ls.solve(g, B, method="approx")
+            check_strategy(g, e, B, "time", "exact")
+            check_strategy(g, a, B, "time", "approx")
+            assert a.overhead >= e.overhead
+            em = ls.solve(g, B, mode="memory")
+            check_strategy(g, em, B, "memory", "exact")
+            assert em.overhead >= e.overhead
+            assert prev is None or e.overhead <= prev
+            prev = e.overhead
+
+    def test_vgg19_is_a_chain(self):
+        # 46 nodes and 47 lower sets: a path, where the pruned family is all of L_G
+        g = authors_graph("vgg19")
+        assert ls.count_lower_sets(g) == g.n + 1
+        assert ls.min_budget(g, "approx") == ls.min_budget(g, "exact")
+
+    def test_googlenet_approx_vs_exact(self):
+        g = authors_graph("googlenet")
+        mba = ls.min_budget(g, "approx")
+        B = mba + (2 * g.total_memory() - mba) // 4
+        a = ls.solve(g, B, method="approx")
+        check_strategy(g, a, B, "time", "approx")
+        assert ls.min_budget(g, "exact", time_limit=30) <= mba
+
+    def test_googlenet_time_limit(self):
+        import time
+
+        g = authors_graph("googlenet")
+        start = time.perf_counter()
+        with pytest.raises(ls.SearchLimitError) as info:
+            ls.solve(g, 10**12, method="exact", time_limit=1e-4)
+        assert info.value.limit == "time_limit"
+        with pytest.raises(ls.SearchLimitError) as info:
+            ls.min_budget(g, "exact", time_limit=1e-4)
+        assert info.value.limit == "time_limit"
+        assert time.perf_counter() - start < 5
+
+    def test_googlenet_max_lower_sets(self):
+        g = authors_graph("googlenet")
+        for call in (lambda: ls.solve(g, 10**12, max_lower_sets=100),
+                     lambda: ls.min_budget(g, max_lower_sets=100),
+                     lambda: ls.count_lower_sets(g, max_lower_sets=100)):
+            with pytest.raises(ls.SearchLimitError, match="100") as info:
+                call()
+            assert info.value.limit == "max_lower_sets"
