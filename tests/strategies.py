@@ -58,3 +58,14 @@ def dags(draw, min_nodes=1, max_nodes=7, max_cost=3, max_memory=4, labels="int")
     return ls.Graph(nodes, [(name(i), name(j)) for i, j in edges],
                     cost={name(i): cost[i] for i in range(n)},
                     memory={name(i): memory[i] for i in range(n)})
+
+
+def examples(factor):
+    """``max_examples`` for a test: `factor` times the active profile's (at least 5).
+
+    The hypothesis profile (``HYPOTHESIS_PROFILE``: "dev" 20, "default" 100, "ci" 200, see
+    conftest.py) scales every test; `factor` says how expensive each example is.
+    """
+    from hypothesis import settings
+
+    return max(5, int(settings.default.max_examples * factor))

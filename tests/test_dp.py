@@ -16,7 +16,7 @@ import lowerset as ls
 from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
                                  brute_time_centric)
 
-from strategies import dags
+from strategies import dags, examples
 
 
 def approx_family(g):
@@ -87,7 +87,7 @@ def check_against_bruteforce(g, method):
 # -- optimality against the exhaustive search -----------------------------------------------------
 
 
-@settings(max_examples=120)
+@settings(max_examples=examples(2))
 @given(dags(max_nodes=6))
 @example(ls.Graph.chain(1))
 @example(ls.Graph(range(3), [], dict.fromkeys(range(3), 1), dict.fromkeys(range(3), 2)))
@@ -95,26 +95,26 @@ def test_exact_equals_bruteforce(g):
     check_against_bruteforce(g, "exact")
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(1))
 @given(dags(min_nodes=7, max_nodes=7))
 def test_exact_equals_bruteforce_7_nodes(g):
     check_against_bruteforce(g, "exact")
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(0.5))
 @given(dags(max_nodes=7, max_cost=40, max_memory=50))
 def test_exact_equals_bruteforce_wide_ranges(g):
     """Larger costs exercise the time-centric iterative deepening on the overhead cap."""
     check_against_bruteforce(g, "exact")
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(1))
 @given(dags(max_nodes=7))
 def test_approx_equals_bruteforce_on_its_family(g):
     check_against_bruteforce(g, "approx")
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(1))
 @given(dags(max_nodes=7), st.data())
 def test_approx_never_beats_exact(g, data):
     """The approximate DP searches a subfamily of L_G (Sec. 4.3): never better than exact."""
@@ -137,7 +137,7 @@ def test_approx_never_beats_exact(g, data):
         assert ls.solve(g, mb_exact, method="exact").peak_memory <= mb_exact
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(0.6))
 @given(dags(max_nodes=12), st.data())
 def test_monotone_in_budget(g, data):
     """Beyond the oracle's reach: optima are monotone in B and reports match eq. (1), (2)."""

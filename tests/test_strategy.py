@@ -14,7 +14,7 @@ from hypothesis import given, note, settings
 import lowerset as ls
 from lowerset.bruteforce import all_sequences, sequence_cost
 
-from strategies import dags
+from strategies import dags, examples
 
 
 def chain4():
@@ -276,7 +276,7 @@ class TestJSON:
 # -- the cost model agrees with the independent evaluation ---------------------------------------
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(0.6))
 @given(dags(max_nodes=5))
 def test_every_sequence_matches_bruteforce(g):
     """CanonicalStrategy and the set-based DFS of bruteforce.py agree on every sequence."""
