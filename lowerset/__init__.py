@@ -11,7 +11,7 @@ from .lowersets import *  # noqa: F401,F403
 from .strategy import *  # noqa: F401,F403
 from .dp import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from . import exceptions, graph, lowersets, strategy, dp, io
+from . import exceptions, graph, lowersets, strategy, dp, io, baselines
 
 __version__ = "0.1.0"
 

@@ -6,6 +6,8 @@ with node sets. The DP kernels evaluate the same quantities incrementally
 planners return.
 """
 
+from functools import cached_property
+
 import numpy as np
 
 from .exceptions import StrategyError
@@ -101,38 +103,54 @@ class CanonicalStrategy:
     def _evaluate(self):
         g = self.graph
         T, M = g.cost, g.memory
+        src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))  # edge (src[j], dst[j])
+        dst = g.succ_idx
         U = np.zeros(g.n, dtype=bool)
         prev = np.zeros(g.n, dtype=bool)
-        self.lower_sets, self.segments, self.cached = [], [], []
+        self._segment_masks, self._cached_masks = [], []
         profile, overhead = [], 0
         for L in self._masks:
             Vi = L & ~prev
-            outside = ~L
+            leaving = L[src] & ~L[dst]            # edges from L to V∖L
             bnd = np.zeros(g.n, dtype=bool)       # ∂(L) = δ−(V∖L) ∩ L
+            bnd[src[leaving]] = True
             succ_out = np.zeros(g.n, dtype=bool)  # δ+(L) ∖ L
-            for v in np.flatnonzero(L):
-                s = g.succs(v)
-                s_out = s[outside[s]]
-                if s_out.size:
-                    bnd[v] = True
-                    succ_out[s_out] = True
+            succ_out[dst[leaving]] = True
             pred_of = np.zeros(g.n, dtype=bool)   # δ−(δ+(L)) ∖ L
-            for w in np.flatnonzero(succ_out):
-                p = g.preds(w)
-                pred_of[p[outside[p]]] = True
+            into = succ_out[dst] & ~L[src]
+            pred_of[src[into]] = True
             Mi = (int(M[U].sum()) + 2 * int(M[Vi].sum()) + int(M[succ_out].sum())
                   + int(M[pred_of].sum()))
             profile.append(Mi)
             overhead += int(T[Vi & ~bnd].sum())
             U |= bnd
-            self.lower_sets.append(g.nodes_of(L))
-            self.segments.append(g.nodes_of(Vi))
-            self.cached.append(g.nodes_of(bnd))
+            self._segment_masks.append(Vi)
+            self._cached_masks.append(bnd)
             prev = L
         self.memory_profile = profile
         self.peak_memory = max(profile)
         self.overhead = overhead
-        self.recomputed = g.nodes_of(~U)
+        self._recomputed_mask = ~U
+
+    @cached_property
+    def lower_sets(self):
+        return [self.graph.nodes_of(m) for m in self._masks]
+
+    @cached_property
+    def segments(self):
+        return [self.graph.nodes_of(m) for m in self._segment_masks]
+
+    @cached_property
+    def cached(self):
+        return [self.graph.nodes_of(m) for m in self._cached_masks]
+
+    @cached_property
+    def recomputed(self):
+        return self.graph.nodes_of(self._recomputed_mask)
+
+    def masks(self):
+        """Return the bool masks (shape (n,), node ids of ``graph.labels``) of L_1, ..., L_k."""
+        return [m.copy() for m in self._masks]
 
     def __len__(self):
         return len(self.lower_sets)

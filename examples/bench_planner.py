@@ -1,0 +1,170 @@
+"""Benchmark the planners on the seven graphs the paper's authors published.
+
+For each graph: #V, #L_G, the minimal budget of the exact and approximate DP, the overhead of the
+time-centric (TC) and memory-centric (MC) strategies at two budgets -- the minimal one of each
+method and a large one (2 x M(V), where the DP fronts are widest) -- and wall times after Numba's
+JIT warm-up. Each timed call starts from a cold family cache, so it includes enumerating the lower
+sets. Prints a Markdown table and the machine, and writes the raw figures as JSON.
+
+Targets (2-core machine): exact DP <= 10 s, approximate DP <= 0.5 s (<= 50 ms at the minimal
+budget), min_budget <= 10 s, on every graph and both budgets.
+
+Usage::
+
+    python examples/bench_planner.py [--graphs DIR] [--names googlenet pspnet] [--json out.json]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import lowerset as ls  # noqa: E402
+from _machine import machine_info, machine_line  # noqa: E402
+
+NAMES = ["pspnet", "unet", "resnet50", "resnet152", "vgg19", "densenet", "googlenet"]
+TARGETS = {"exact": 10.0, "approx": 0.5, "approx_min": 0.05, "min_budget": 10.0}
+
+
+def default_graph_dir():
+    env = os.environ.get("LOWERSET_GRAPHS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "graphs"
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
+def cold(G):
+    """Forget the cached lower-set families so the next call pays for them."""
+    G.__dict__.pop("_family_cache", None)
+    return G
+
+
+def warm_up():
+    g = ls.Graph(list("abcd"), [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                 cost=dict(a=1, b=10, c=1, d=1), memory=dict(a=4, b=4, c=2, d=1))
+    for method in ls.METHODS:
+        b = ls.min_budget(g, method)
+        for mode in ls.MODES:
+            ls.solve(g, budget=b, mode=mode, method=method)
+    ls.baselines.chen_sqrtn(g)
+
+
+def bench_graph(path, time_limit):
+    G = ls.read_cg(path)
+    row = {"graph": path.stem.replace("cg_", ""), "V": G.n, "T(V)": G.total_cost(),
+           "M(V)": G.total_memory()}
+    row["L_G"], row["t_enumerate"] = timed(ls.count_lower_sets, cold(G))
+    large = 2 * G.total_memory()
+    for method in ls.METHODS:
+        try:
+            b, t = timed(ls.min_budget, cold(G), method, time_limit=time_limit)
+        except ls.SearchLimitError:
+            row[f"{method}_min_budget"], row[f"{method}_t_min_budget"] = None, "timeout"
+            continue
+        row[f"{method}_min_budget"], row[f"{method}_t_min_budget"] = b, t
+        for bname, budget in (("min", b), ("large", large)):
+            for mode in ls.MODES:
+                key = f"{method}_{mode}_{bname}"
+                try:
+                    s, t = timed(ls.solve, cold(G), budget, mode, method, time_limit=time_limit)
+                    row[key] = {"overhead": s.overhead, "peak": s.peak_memory, "k": len(s),
+                                "seconds": t}
+                except ls.SearchLimitError:
+                    row[key] = {"overhead": None, "seconds": "timeout"}
+    chen, t = timed(ls.baselines.chen_sqrtn, G)
+    row["chen_sqrtn"] = {"overhead": chen.overhead, "peak": chen.peak_memory, "k": len(chen),
+                         "seconds": t}
+    return row
+
+
+def fmt_s(x):
+    return x if isinstance(x, str) else f"{x:.3f}"
+
+
+def gb(x):
+    return "-" if x is None else f"{x / 1e9:.3f}"
+
+
+def markdown(rows):
+    head = ("| graph | #V | #L_G | min B exact (GB) | min B approx (GB) | Chen peak (GB) "
+            "| TC/MC ovh exact @min | TC/MC ovh approx @min | TC/MC ovh exact @2M(V) "
+            "| t min_budget exact / approx (s) | t exact TC/MC @min (s) | t exact TC/MC @2M(V) (s) "
+            "| t approx TC/MC @min (s) | t approx TC/MC @2M(V) (s) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        def ov(m, b):
+            return f"{r[f'{m}_time_{b}']['overhead']}/{r[f'{m}_memory_{b}']['overhead']}"
+
+        def ts(m, b):
+            return f"{fmt_s(r[f'{m}_time_{b}']['seconds'])}/{fmt_s(r[f'{m}_memory_{b}']['seconds'])}"
+
+        lines.append(
+            f"| {r['graph']} | {r['V']} | {r['L_G']} | {gb(r['exact_min_budget'])} "
+            f"| {gb(r['approx_min_budget'])} | {gb(r['chen_sqrtn']['peak'])} "
+            f"| {ov('exact', 'min')} | {ov('approx', 'min')} | {ov('exact', 'large')} "
+            f"| {fmt_s(r['exact_t_min_budget'])}/{fmt_s(r['approx_t_min_budget'])} "
+            f"| {ts('exact', 'min')} | {ts('exact', 'large')} | {ts('approx', 'min')} "
+            f"| {ts('approx', 'large')} |")
+    return "\n".join(lines)
+
+
+def check_targets(rows):
+    misses = []
+    for r in rows:
+        for key, val in r.items():
+            if not isinstance(val, dict) or "seconds" not in val or key == "chen_sqrtn":
+                continue
+            sec = val["seconds"]
+            method = key.split("_")[0]
+            limit = TARGETS["approx_min"] if key.startswith("approx") and key.endswith("_min") \
+                else TARGETS[method]
+            if sec == "timeout" or sec > limit:
+                misses.append(f"{r['graph']} {key}: {fmt_s(sec)} s > {limit} s")
+        for method in ls.METHODS:
+            sec = r[f"{method}_t_min_budget"]
+            if sec == "timeout" or sec > TARGETS["min_budget"]:
+                misses.append(f"{r['graph']} {method} min_budget: {fmt_s(sec)} s")
+    return misses
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", type=Path, default=default_graph_dir(),
+                    help="folder of cg_*.txt (default: $LOWERSET_GRAPHS or ../shared/graphs)")
+    ap.add_argument("--names", nargs="*", default=NAMES, choices=NAMES)
+    ap.add_argument("--json", type=Path, default=None, help="write raw figures here")
+    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per planner call")
+    args = ap.parse_args(argv)
+    paths = [args.graphs / f"cg_{n}.txt" for n in args.names]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        ap.error(f"graph files not found: {missing}; set --graphs or LOWERSET_GRAPHS")
+    info = machine_info()
+    print(f"Machine: {machine_line(info)}")
+    _, t = timed(warm_up)
+    print(f"JIT warm-up (compile or load from cache): {t:.2f} s\n")
+    rows = []
+    for p in paths:
+        rows.append(bench_graph(p, args.time_limit))
+        print(f"  {rows[-1]['graph']}: done", file=sys.stderr, flush=True)
+    print(markdown(rows))
+    misses = check_targets(rows)
+    print("\nTargets (exact <= 10 s, approx <= 0.5 s and <= 50 ms at min budget, "
+          "min_budget <= 10 s): " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
+    if args.json:
+        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

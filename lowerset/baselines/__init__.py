@@ -1,0 +1,14 @@
+"""Baseline recomputation strategies, each returned as a :class:`~lowerset.CanonicalStrategy` and
+so costed by the same model (eq. 1 and 2) as the DP's strategies.
+
+- :func:`chen_sqrtn`: Chen et al.'s sqrt(n) checkpointing generalised to DAGs through articulation
+  cuts (the paper's comparison in Table 1; Checkmate's "Chen sqrt(n)" for graphs).
+- :func:`chen_greedy`: Chen et al.'s greedy variant with its segment-size knob, and
+  :func:`chen_greedy_sweep`, which tries every knob value.
+"""
+
+from ._cuts import articulation_cuts
+from .chen_sqrtn import chen_sqrtn
+from .chen_greedy import chen_greedy, chen_greedy_sweep
+
+__all__ = ["articulation_cuts", "chen_sqrtn", "chen_greedy", "chen_greedy_sweep"]
