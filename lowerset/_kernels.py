@@ -310,9 +310,12 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
         Entries in use after the block.
     pairs : int
         Number of transitions a ⊊ b evaluated.
+    capped : int
+        Number of feasible states dropped because their overhead exceeded `tcap`.
     """
     n_words = sets.shape[1]
     pairs = 0
+    capped = 0
     for b in range(lo, hi):
         tmin = INF
         tmax = -1
@@ -331,6 +334,7 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
             for e in range(e0, fend[a]):
                 t2 = ft[e] + dt
                 if t2 > tcap:
+                    capped += 1
                     if maximize:
                         continue
                     break
@@ -377,7 +381,7 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
                     used += 1
                 scratch_m[t] = INF
         fend[b] = used
-    return ft, fm, fpa, fpe, used, pairs
+    return ft, fm, fpa, fpe, used, pairs, capped
 
 
 @njit(cache=True, inline="always")

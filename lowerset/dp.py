@@ -87,15 +87,16 @@ def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
     scratch_m = np.full(T + 1, _kernels.INF, dtype=np.int64)
     scratch_a = np.zeros(T + 1, dtype=np.int64)
     scratch_e = np.zeros(T + 1, dtype=np.int64)
-    pairs = 0
+    pairs = capped = 0
     tcap = T if tcap is None else tcap
     for lo, hi in _blocks(fam, deadline, start):
-        ft, fm, fpa, fpe, used, p = _kernels.dp_fronts(
+        ft, fm, fpa, fpe, used, p, c = _kernels.dp_fronts(
             lo, hi, np.int64(budget), maximize, np.int64(tcap), fam.sets, fam.size, fam.class_start, fam.tot_t,
             fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
             G.memory, fstart, fend, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e)
         pairs += p
-    return fstart, fend, ft, fm, fpa, fpe, pairs
+        capped += c
+    return fstart, fend, ft, fm, fpa, fpe, capped
 
 
 def _min_budget_search(G, fam, upper, deadline, start):
@@ -248,6 +249,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     deadline, start = _deadline(time_limit)
     if budget is None:
         budget = min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise SearchLimitError(f"time limit of {time_limit:.3g} s exceeded", limit="time_limit")
     fam = _get_family(G, method, max_lower_sets)
     maximize = mode == "memory"
     last = fam.sets.shape[0] - 1
@@ -256,9 +259,10 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
     tcap = T if maximize else min(T, _FIRST_TCAP)
     while True:
-        fstart, fend, ft, fm, fpa, fpe, _ = _run_front_dp(G, fam, budget, maximize, deadline,
-                                                          start, tcap)
-        if fend[last] > fstart[last] or tcap >= T:
+        fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, budget, maximize,
+                                                               deadline, start, tcap)
+        # done when V is reached, or when the cap cut nothing (then no cap can help)
+        if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
         tcap = min(T, 4 * tcap)
     if fend[last] == fstart[last]:
