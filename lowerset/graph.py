@@ -14,7 +14,8 @@ from .exceptions import GraphError
 
 __all__ = ["Graph"]
 
-_MAX_TOTAL_COST = 10**8
+# the DP keeps three int64 arrays indexed by overhead: 10**7 cost units = 240 MB
+_MAX_TOTAL_COST = 10**7
 
 
 def _as_int(value, what, label, *, positive):
@@ -71,7 +72,7 @@ class Graph:
         If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
         the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
         positive, a memory is missing, not an integer or negative, or the total cost exceeds
-        10**8 cost units (the DP tables are indexed by overhead).
+        10**7 cost units (the DP tables are indexed by overhead).
 
     References
     ----------

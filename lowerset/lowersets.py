@@ -22,7 +22,9 @@ __all__ = [
     "DEFAULT_MAX_LOWER_SETS",
 ]
 
-DEFAULT_MAX_LOWER_SETS = 2_000_000
+# 250k sets mean ~3e10 subset tests in the exact DP (about a minute on one core); larger families
+# raise SearchLimitError at once instead of running for hours. Raise it knowingly.
+DEFAULT_MAX_LOWER_SETS = 250_000
 
 #: A family of lower sets prepared for the DP kernels, sorted by size (so by inclusion), with the
 #: empty set first and V last. Arrays as returned by :func:`lowerset._kernels.set_stats`;
