@@ -16,6 +16,8 @@ __all__ = ["Graph"]
 
 # the DP keeps three int64 arrays indexed by overhead: 10**7 cost units = 240 MB
 _MAX_TOTAL_COST = 10**7
+# eq. (2) sums up to about 6 M(V) in int64 next to the kernels' INF = int64 max // 4
+_MAX_TOTAL_MEMORY = 2**56
 
 
 def _as_int(value, what, label, *, positive):
@@ -71,8 +73,9 @@ class Graph:
     GraphError
         If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
         the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
-        positive, a memory is missing, not an integer or negative, or the total cost exceeds
-        10**7 cost units (the DP tables are indexed by overhead).
+        positive, a memory is missing, not an integer or negative, the total cost exceeds
+        10**7 cost units (the DP tables are indexed by overhead), or the total memory exceeds
+        2**56 bytes.
 
     References
     ----------
@@ -120,6 +123,10 @@ class Graph:
                 raise GraphError(f"node {v!r} has no memory")
             costs.append(_as_int(cost[v], "cost", v, positive=True))
             mems.append(_as_int(memory[v], "memory", v, positive=False))
+        if sum(mems) > _MAX_TOTAL_MEMORY:
+            raise GraphError(
+                f"total memory {sum(mems)} bytes exceeds {_MAX_TOTAL_MEMORY} bytes (2**56); the "
+                "DP's int64 sums of eq. (2) would overflow")
         if sum(costs) > _MAX_TOTAL_COST:
             raise GraphError(
                 f"total cost {sum(costs)} exceeds {_MAX_TOTAL_COST} cost units; scale the costs "
@@ -248,9 +255,13 @@ class Graph:
         return int(self.memory.sum())
 
     def fingerprint(self):
-        """A tuple identifying the graph's structure, costs and memory (used to match strategies)."""
-        return (self.labels, tuple(self.cost.tolist()), tuple(self.memory.tolist()),
-                tuple(self.succ_ptr.tolist()), tuple(self.succ_idx.tolist()))
+        """A hashable value identifying the graph up to node order.
+
+        It holds each node with its cost and memory, and the edge set; two graphs built from the
+        same nodes, edges, costs and memory listed in different orders have equal fingerprints.
+        """
+        nodes = frozenset(zip(self.labels, self.cost.tolist(), self.memory.tolist()))
+        return nodes, frozenset(self.edges)
 
     def __eq__(self, other):
         return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()

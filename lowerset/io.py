@@ -90,7 +90,10 @@ def read_cg(path, cost=paper_cost):
             raise FormatError(f"expected {what} as integers, got {line!r}", path, pos) from None
 
     n_vars, n_records = ints(take("header 'n_vars n_records'"), 2, "'n_vars n_records'")
-    nbytes, kind = {}, {}
+    if n_vars < 0 or n_records < 0:
+        raise FormatError(f"negative count in header 'n_vars n_records' = {n_vars} {n_records}",
+                          path, pos)
+    nbytes, kind, decl_line = {}, {}, {}
     for _ in range(n_vars):
         line = take("a variable line 'id bytes name'")
         parts = line.split(None, 2)
@@ -105,6 +108,7 @@ def read_cg(path, cost=paper_cost):
         if b < 0:
             raise FormatError(f"variable {vid} has negative bytes {b}", path, pos)
         nbytes[vid] = b
+        decl_line[vid] = pos
         name = parts[2].strip()
         kind[vid] = "activation" if name == "_" else "input" if name.lstrip("-").isdigit() else "parameter"
 
@@ -166,7 +170,8 @@ def read_cg(path, cost=paper_cost):
                           pos + 1)
     missing = sorted(v for v, kd in kind.items() if kd == "activation" and v not in node_of)
     if missing:
-        raise FormatError(f"activation(s) {missing[:5]} are never produced by a forward record", path)
+        raise FormatError(f"activation(s) {missing[:5]} are never produced by a forward record",
+                          path, decl_line[missing[0]])
     edges = set()
     for label, ins, line in edges_in:
         for i in ins:
@@ -239,6 +244,10 @@ def load_graph(path):
         raise FormatError(f"bad JSON: {e.msg}", path, e.lineno) from None
     if not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT or data.get("version") != 1:
         raise FormatError("not a lowerset graph file (format 'lowerset.graph', version 1)", path)
-    nodes = data["nodes"]
-    return Graph(nodes, [tuple(e) for e in data["edges"]], dict(zip(nodes, data["cost"])),
-                 dict(zip(nodes, data["memory"])))
+    try:
+        nodes = data["nodes"]
+        edges = [tuple(e) for e in data["edges"]]
+        cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
+    except (KeyError, TypeError) as e:
+        raise FormatError(f"missing or invalid entry {e} in a lowerset graph file", path) from None
+    return Graph(nodes, edges, cost, memory)

@@ -215,13 +215,19 @@ class CanonicalStrategy:
             raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
         if data.get("version") != _VERSION:
             raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
-        gd = data["graph"]
-        stored = Graph(gd["nodes"], [tuple(e) for e in gd["edges"]],
-                       dict(zip(gd["nodes"], gd["cost"])), dict(zip(gd["nodes"], gd["memory"])))
+        try:
+            gd = data["graph"]
+            nodes = gd["nodes"]
+            stored = Graph(nodes, [tuple(e) for e in gd["edges"]], dict(zip(nodes, gd["cost"])),
+                           dict(zip(nodes, gd["memory"])))
+            lower_sets = [set(L) for L in data["lower_sets"]]
+        except (KeyError, TypeError) as e:
+            raise StrategyError(f"malformed strategy: missing or invalid entry {e}") from None
         if graph is not None:
-            if graph.fingerprint()[:3] != stored.fingerprint()[:3] or set(graph.edges) != set(stored.edges):
-                raise StrategyError("the strategy was planned for a different graph")
+            if graph != stored:
+                raise StrategyError("the strategy was planned for a different graph (nodes, "
+                                    "edges, costs or memory differ)")
         else:
             graph = stored
-        return cls(graph, [set(L) for L in data["lower_sets"]], method=data.get("method"),
+        return cls(graph, lower_sets, method=data.get("method"),
                    mode=data.get("mode"), budget=data.get("budget"))
