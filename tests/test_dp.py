@@ -8,6 +8,7 @@ approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method
 import os
 import pathlib
 
+import numba
 import pytest
 from hypothesis.errors import InvalidArgument
 from hypothesis import example, given, note, settings, strategies as st
@@ -276,6 +277,9 @@ def _graph_dir():
 
 
 GRAPHS = _graph_dir()
+# exact DPs on GoogLeNet (27,358 lower sets) take minutes when the kernels are interpreted
+jit_only = pytest.mark.skipif(numba.config.DISABLE_JIT,
+                              reason="too slow with NUMBA_DISABLE_JIT=1 (interpreted kernels)")
 SIZES = {"pspnet": 385, "unet": 60, "resnet50": 176, "resnet152": 516, "vgg19": 46,
          "densenet": 568, "googlenet": 134}
 _cache = {}
@@ -333,6 +337,7 @@ class TestAuthorsGraphs:
         assert ls.count_lower_sets(g) == g.n + 1
         assert ls.min_budget(g, "approx") == ls.min_budget(g, "exact")
 
+    @jit_only
     def test_googlenet_approx_vs_exact(self):
         g = authors_graph("googlenet")
         mba = ls.min_budget(g, "approx")
@@ -341,6 +346,7 @@ class TestAuthorsGraphs:
         check_strategy(g, a, B, "time", "approx")
         assert ls.min_budget(g, "exact", time_limit=30) <= mba
 
+    @jit_only
     def test_googlenet_time_limit(self):
         import time
 
