@@ -85,6 +85,50 @@ def check_against_bruteforce(g, method):
             ls.solve(g, mb - 1, method=method)
 
 
+# -- the oracle itself ----------------------------------------------------------------------------
+
+
+class TestOracle:
+    """lowerset.bruteforce visits every sequence; its costs are checked against
+    CanonicalStrategy in test_strategy.py."""
+
+    @pytest.mark.parametrize("n, fubini", [(1, 1), (2, 3), (3, 13), (4, 75), (5, 541)])
+    def test_edgeless_counts_ordered_partitions(self, n, fubini):
+        g = ls.Graph(range(n), [], dict.fromkeys(range(n), 1), dict.fromkeys(range(n), 1))
+        seqs = all_sequences(g)
+        assert len(seqs) == fubini
+        assert len({seq for _, _, seq in seqs}) == fubini
+
+    @pytest.mark.parametrize("n", [1, 2, 5, 8])
+    def test_path_counts_compositions(self, n):
+        seqs = all_sequences(ls.Graph.chain(n))
+        assert len(seqs) == 2 ** (n - 1)
+        assert all(seq[-1] == frozenset(range(n)) for _, _, seq in seqs)
+
+    def test_refuses_large_graphs(self):
+        with pytest.raises(ValueError, match="9 > 8"):
+            all_sequences(ls.Graph.chain(9))
+        with pytest.raises(ValueError, match="9 > 8"):
+            brute_min_budget(ls.Graph.chain(9))
+        with pytest.raises(ValueError, match="2\\^#V"):
+            from lowerset.bruteforce import subset_lower_sets
+            subset_lower_sets(ls.Graph.chain(17))
+
+    def test_family_must_be_lower_sets(self):
+        with pytest.raises(ValueError, match="not a lower set"):
+            all_sequences(ls.Graph.chain(3), family=[{1}, {0, 1, 2}])
+
+    def test_answers(self):
+        g = ls.Graph.chain(4, memory=10)
+        assert brute_min_budget(g) == 50
+        assert brute_time_centric(g, 49) is None and brute_memory_centric(g, 49) is None
+        assert brute_time_centric(g, 50) == 1
+        assert brute_memory_centric(g, 80) == 4  # [V] recomputes everything
+        assert brute_time_centric(g, 80) == 1
+        # the pruned family of a chain is all of L_G
+        assert brute_min_budget(g, family=approx_family(g)) == 50
+
+
 # -- optimality against the exhaustive search -----------------------------------------------------
 
 
