@@ -247,18 +247,21 @@ class TestFixed:
         assert mb == brute_min_budget(g, family=approx_family(g))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Graph accepts memories whose sums exceed the kernels' "
-                   "INF (int64 max // 4 ~ 2.3e18 bytes), and the DP then silently drops states: "
-                   "chain(3, memory=2**60) at budget 2 M(V) returns overhead 2, the optimum is 1 "
-                   "(min_budget on memory=2**61 raises OverflowError). Graph should bound M(V) "
-                   "as it bounds T(V), or the kernels should not lose such states")
 def test_huge_memories():
-    try:
-        g = ls.Graph.chain(3, memory=2**60)
-    except ls.GraphError:
-        return  # rejecting such a graph up front is a fix too
-    B = 2 * g.total_memory()
-    assert ls.solve(g, B).overhead == brute_time_centric(g, B) == 1
+    """Regression: memories near int64 range used to make the DP drop states silently
+    (chain(3, memory=2**60) at B = 2 M(V) gave overhead 2, optimum 1); Graph now bounds M(V)."""
+    with pytest.raises(ls.GraphError, match="total memory"):
+        ls.Graph.chain(3, memory=2**60)
+    # the largest accepted total still gives exact answers
+    g = ls.Graph(range(4), [(0, 1), (1, 2), (2, 3), (0, 3)], dict.fromkeys(range(4), 1),
+                 {0: 2**54, 1: 2**53, 2: 2**53, 3: 2**55})
+    assert g.total_memory() == 2**56
+    seqs = all_sequences(g)
+    mb = ls.min_budget(g)
+    assert mb == brute_min_budget(g, sequences=seqs)
+    for B in (mb, 2 * g.total_memory()):
+        assert ls.solve(g, B).overhead == brute_time_centric(g, B, sequences=seqs)
+        assert ls.solve(g, B, mode="memory").overhead == brute_memory_centric(g, B, sequences=seqs)
 
 
 class TestErrors:

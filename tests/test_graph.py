@@ -58,6 +58,19 @@ class TestConstruction:
         a, b = ls.Graph.chain(3), ls.Graph.chain(3)
         assert a == b and hash(a) == hash(b)
         assert a != ls.Graph.chain(3, memory=2)
+        assert a != ls.Graph.chain(4)
+        assert a != ls.Graph(range(3), [(0, 1), (0, 2)], dict.fromkeys(range(3), 1),
+                             dict.fromkeys(range(3), 1))
+
+    def test_equality_ignores_node_order(self):
+        a = ls.Graph(["x", "y", "z"], [("x", "z"), ("y", "z")], {"x": 1, "y": 2, "z": 3},
+                     {"x": 4, "y": 5, "z": 6})
+        b = ls.Graph(["z", "y", "x"], [("y", "z"), ("x", "z")], {"x": 1, "y": 2, "z": 3},
+                     {"x": 4, "y": 5, "z": 6})
+        assert a == b and hash(a) == hash(b)
+        c = ls.Graph(["z", "y", "x"], [("y", "z"), ("x", "z")], {"x": 2, "y": 1, "z": 3},
+                     {"x": 4, "y": 5, "z": 6})
+        assert a != c  # costs swapped between nodes
 
 
 class TestErrors:
@@ -103,6 +116,16 @@ class TestErrors:
     def test_bad_memory(self, bad):
         with pytest.raises(ls.GraphError, match="'a'.*memory"):
             ls.Graph(["a"], [], _ones("a"), {"a": bad})
+
+    def test_total_cost_bound(self):
+        ls.Graph.chain(10, cost=10**6)
+        with pytest.raises(ls.GraphError, match="total cost"):
+            ls.Graph.chain(11, cost=10**6)
+
+    def test_total_memory_bound(self):
+        ls.Graph.chain(4, memory=2**54)
+        with pytest.raises(ls.GraphError, match="total memory"):
+            ls.Graph([0, 1], [], {0: 1, 1: 1}, {0: 2**55, 1: 2**55 + 1})
 
     def test_zero_memory_allowed(self):
         assert ls.Graph(["a"], [], _ones("a"), {"a": 0}).total_memory() == 0

@@ -130,14 +130,12 @@ class TestMalformed:
         lines[0] = header
         self.check(tmp_path, lines, 1, "n_vars n_records")
 
-    @pytest.mark.xfail(strict=True, reason="BUG: read_cg does not reject negative counts in the "
-                       "header; 'n_vars n_records' = '-1 6' or '9 -1' fails later, at line 2 or "
-                       "at the first record, instead of at line 1")
     @pytest.mark.parametrize("header", ["-1 6", "9 -1"])
     def test_negative_header_counts(self, tmp_path, header):
+        # regression: negative counts used to fail later, at line 2 or at the first record
         lines = cg_lines()
         lines[0] = header
-        self.check(tmp_path, lines, 1, "")
+        self.check(tmp_path, lines, 1, "negative count")
 
     def test_bad_variable_line(self, tmp_path):
         lines = cg_lines()
@@ -220,10 +218,8 @@ class TestMalformed:
         lines = cg_lines(records=records)
         self.check(tmp_path, lines, len(lines) - 4, "no outputs")
 
-    @pytest.mark.xfail(strict=True, reason="BUG: read_cg raises FormatError with lineno=None for "
-                       "an activation that no forward record produces; its docstring says the "
-                       "message names the line (expected: the variable's declaration line)")
     def test_never_produced(self, tmp_path):
+        # regression: the error used to carry no line; it is the variable's declaration line
         variables = [*VARIABLES, (9, 4, "_")]
         lines = cg_lines(variables=variables)
         self.check(tmp_path, lines, 1 + len(variables), "activation.*9.*never produced")
@@ -319,12 +315,15 @@ class TestGraphJSON:
         with pytest.raises(ls.FormatError, match="lowerset.graph"):
             ls.load_graph(p)
 
-    @pytest.mark.xfail(strict=True, reason="BUG: load_graph raises KeyError, not FormatError, for "
-                       "a 'lowerset.graph' file that lacks 'nodes', 'edges', 'cost' or 'memory'")
-    def test_missing_key(self, tmp_path):
+    @pytest.mark.parametrize("drop", ["nodes", "edges", "cost", "memory"])
+    def test_missing_key(self, tmp_path, drop):
+        # regression: a missing entry used to raise KeyError
+        data = {"format": "lowerset.graph", "version": 1, "nodes": [0], "edges": [],
+                "cost": [1], "memory": [1]}
+        del data[drop]
         p = tmp_path / "g.json"
-        p.write_text(json.dumps({"format": "lowerset.graph", "version": 1, "nodes": [0]}))
-        with pytest.raises(ls.FormatError, match="g.json"):
+        p.write_text(json.dumps(data))
+        with pytest.raises(ls.FormatError, match=f"g.json.*{drop}"):
             ls.load_graph(p)
 
     def test_invalid_graph(self, tmp_path):
