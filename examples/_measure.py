@@ -5,7 +5,8 @@ allocates and frees inside its own ``forward`` or ``backward``: on CPU, Chainer'
 build an im2col buffer of kh*kw times their input. The paper's cuDNN runs did not pay for it and
 no recomputation strategy can remove it. The *boundary peak* leaves those temporaries out: it is
 the highest memory in use at function boundaries, sampled in every pre- and post-process callback
-of forward and backward.
+of forward and backward (of the outermost function applications: those nested inside another
+function's forward or backward are part of that function).
 
 What is counted
 ---------------
@@ -121,10 +122,15 @@ class BoundaryRecorder:
 
 
 class BoundarySampler(chainer.FunctionHook):
-    """Function hook that samples a :class:`BoundaryRecorder` in every callback.
+    """Function hook that samples a :class:`BoundaryRecorder` at function boundaries.
 
     It samples in ``forward_preprocess``, ``forward_postprocess``, ``backward_preprocess`` and
-    ``backward_postprocess`` and changes nothing. Register it globally (``with sampler:``).
+    ``backward_postprocess`` and changes nothing. Function applications nested inside another
+    function are not boundaries and are not sampled: in Chainer 7 the backward of a convolution,
+    a linear layer, ... applies further functions (``Convolution2DGradW``, ``Deconvolution2D``)
+    whose forward callbacks fire while the outer backward holds its own temporaries (the
+    gradients it has computed so far, its im2col buffer). Register it globally
+    (``with sampler:``).
 
     Parameters
     ----------
@@ -136,19 +142,32 @@ class BoundarySampler(chainer.FunctionHook):
     def __init__(self, recorder, name="BoundarySampler"):
         self.recorder = recorder
         self.name = name
+        self._fdepth = self._bdepth = 0
+
+    def __enter__(self):
+        self._fdepth = self._bdepth = 0
+        return super().__enter__()
 
     def forward_preprocess(self, function, in_data):
-        self.recorder.sample()
+        if not (self._fdepth or self._bdepth):
+            self.recorder.sample()
+        self._fdepth += 1
 
     def forward_postprocess(self, function, in_data):
-        self.recorder.sample()
+        self._fdepth -= 1
+        if not (self._fdepth or self._bdepth):
+            self.recorder.sample()
 
     def backward_preprocess(self, function, in_data, out_grad):
-        self.recorder.sample()
+        if not self._bdepth:
+            self.recorder.sample()
+        self._bdepth += 1
 
     def backward_postprocess(self, function, in_data, out_grad):
-        self.recorder.backward_done(in_data)
-        self.recorder.sample()
+        self._bdepth -= 1
+        if not self._bdepth:
+            self.recorder.backward_done(in_data)
+            self.recorder.sample()
 
 
 @contextlib.contextmanager
