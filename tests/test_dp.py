@@ -383,6 +383,22 @@ class TestErrors:
         with pytest.raises(ValueError, match="budget must be a non-negative integer"):
             ls.solve(self.g, budget)
 
+    @pytest.mark.xfail(strict=True, reason="BUG: solve() raises OverflowError ('Python int too "
+                       "large to convert to C long', from np.int64(budget) in dp._run_front_dp) "
+                       "for a budget >= 2**63, a valid non-negative integer; expected the "
+                       "unconstrained answer (every strategy fits) or a ValueError")
+    @pytest.mark.parametrize("mode", ["time", "memory"])
+    def test_budget_beyond_int64(self, mode):
+        g = ls.Graph.chain(3)
+        s = ls.solve(g, 10**20, mode=mode)
+        assert s.overhead == ls.solve(g, 2 * g.total_memory(), mode=mode).overhead
+        assert s.budget == 10**20
+
+    def test_budget_at_int64_max(self):
+        g = ls.Graph.chain(3)
+        assert ls.solve(g, 2**63 - 1).overhead == 1
+        assert ls.solve(g, 2**63 - 1, mode="memory").overhead == 3
+
     def test_numpy_integer_budget(self):
         import numpy as np
 
