@@ -28,7 +28,7 @@ from strategies import dags, examples
 # of L in ∂(L2) is already in ∂(L) ⊆ U). For fixed (L, t) a smaller m is never worse.
 
 
-def _naive_model(g):
+def _naive_model(g, family=None):
     T = {v: int(g.cost[g.index[v]]) for v in g.labels}
     M = {v: int(g.memory[g.index[v]]) for v in g.labels}
     succ = {v: set() for v in g.labels}
@@ -36,7 +36,7 @@ def _naive_model(g):
     for v, w in g.edges:
         succ[v].add(w)
         pred[w].add(v)
-    fam = sorted(subset_lower_sets(g), key=len)
+    fam = sorted(subset_lower_sets(g) if family is None else family, key=len)
     steps = {}
     for L2 in fam[1:]:
         bnd = frozenset(v for v in L2 if succ[v] - L2)
@@ -51,9 +51,9 @@ def _naive_model(g):
     return fam, steps
 
 
-def naive_solve(g, budget, maximize):
+def naive_solve(g, budget, maximize, family=None):
     """Least (or largest) overhead with peak <= budget over all of L_G, or None."""
-    fam, steps = _naive_model(g)
+    fam, steps = _naive_model(g, family)
     opt = {fam[0]: {0: 0}}  # L -> {t: least m}
     for (L, L2), (dt, dm, need) in sorted(steps.items(), key=lambda kv: len(kv[0][1])):
         for t, m in opt.get(L, {}).items():
@@ -65,13 +65,21 @@ def naive_solve(g, budget, maximize):
     return None if not ends else (max if maximize else min)(ends)
 
 
-def naive_min_budget(g):
+def naive_min_budget(g, family=None):
     """Least peak over all of L_G: Pareto fronts of (m, peak) per lower set."""
-    fam, steps = _naive_model(g)
-    fronts = {fam[0]: {(0, 0)}}
-    for (L, L2), (dt, dm, need) in sorted(steps.items(), key=lambda kv: len(kv[0][1])):
-        for m, p in fronts.get(L, ()):
-            fronts.setdefault(L2, set()).add((m + dm, max(p, m + need)))
+    fam, steps = _naive_model(g, family)
+    fronts = {fam[0]: [(0, 0)]}
+    by_target = {}
+    for (L, L2), step in steps.items():
+        by_target.setdefault(L2, []).append((L, step))
+    for L2 in fam[1:]:
+        cand = sorted({(m + dm, max(p, m + need))
+                       for L, (dt, dm, need) in by_target[L2] for m, p in fronts[L]})
+        front = []  # sorted by m; keep a state only if its peak beats every smaller m
+        for m, p in cand:
+            if not front or p < front[-1][1]:
+                front.append((m, p))
+        fronts[L2] = front
     return min(p for _, p in fronts[fam[-1]])
 
 
@@ -293,6 +301,36 @@ def test_exact_equals_naive_dp_large_fronts():
     for B in (mb, mb + 1000, (mb + 2 * g.total_memory()) // 2, 2 * g.total_memory()):
         assert ls.solve(g, B).overhead == naive_solve(g, B, False)
         assert ls.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
+
+
+@pytest.mark.parametrize("shape", ["chain", "wide"])
+def test_multiword_graphs_against_naive_dp(shape):
+    """More than 64 nodes (two uint64 words per set). The naive DP runs over ls.lower_sets(g),
+    which test_lowersets.py checks on these shapes."""
+    import random
+
+    r = random.Random(7)
+    if shape == "chain":
+        nodes = list(range(70))
+        edges = list(zip(nodes[:-1], nodes[1:]))
+    else:  # 35 layers of 2, complete bipartite between layers: 106 lower sets
+        nodes = [(i, j) for i in range(35) for j in range(2)]
+        edges = [((i, j), (i + 1, k)) for i in range(34) for j in range(2) for k in range(2)]
+    g = ls.Graph(nodes, edges, {v: r.randint(1, 3) for v in nodes},
+                 {v: r.randint(0, 9) for v in nodes})
+    family = ls.lower_sets(g)
+    mb = ls.min_budget(g)
+    assert mb == naive_min_budget(g, family)
+    for B in (mb, mb + 5, 2 * g.total_memory()):
+        s = ls.solve(g, B)
+        check_strategy(g, s, B, "time", "exact")
+        assert s.overhead == naive_solve(g, B, False, family)
+        m = ls.solve(g, B, mode="memory")
+        check_strategy(g, m, B, "memory", "exact")
+        assert m.overhead == naive_solve(g, B, True, family)
+    if shape == "chain":  # the pruned family of a path is all of L_G
+        assert ls.min_budget(g, "approx") == mb
+        assert ls.solve(g, mb + 5, method="approx").overhead == ls.solve(g, mb + 5).overhead
 
 
 def test_naive_dp_matches_bruteforce():
@@ -527,6 +565,24 @@ class TestAuthorsGraphs:
             ls.min_budget(g, "exact", time_limit=1e-4)
         assert info.value.limit == "time_limit"
         assert time.perf_counter() - start < 5
+
+    @jit_only
+    @pytest.mark.parametrize("call", ["min_budget", "solve", "solve_budget_none"])
+    def test_googlenet_time_limit_is_kept(self, call):
+        """The limit stops the search within about one block (~0.1 s) of work."""
+        import time
+
+        g = authors_graph("googlenet")
+        ls.count_lower_sets(g)  # enumerate once, outside the timing
+        start = time.perf_counter()
+        with pytest.raises(ls.SearchLimitError):
+            if call == "min_budget":
+                ls.min_budget(g, time_limit=0.3)
+            elif call == "solve":
+                ls.solve(g, 488112128, time_limit=0.3)
+            else:
+                ls.solve(g, time_limit=0.3)
+        assert time.perf_counter() - start < 0.3 + 1.5
 
     def test_googlenet_max_lower_sets(self):
         g = authors_graph("googlenet")
