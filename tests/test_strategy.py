@@ -121,6 +121,17 @@ class TestHandComputed:
         s = ls.CanonicalStrategy(g, [np.array([True, True, False, False]), np.ones(4, bool)])
         assert s.overhead == 3 and s.memory_profile == [10, 26]
 
+    def test_masks(self):
+        g = diamond()
+        s = ls.CanonicalStrategy(g, [set("a"), set("abc"), set("abcd")])
+        masks = s.masks()
+        assert [g.nodes_of(m) for m in masks] == s.lower_sets
+        assert [m.tolist() for m in masks] == [[True, False, False, False],
+                                              [True, True, True, False], [True] * 4]
+        masks[0][:] = True  # copies: the strategy is unchanged
+        assert s.masks()[0].tolist() == [True, False, False, False]
+        assert s.lower_sets[0] == frozenset("a") and s.overhead == 1
+
     def test_planner_metadata_kept(self):
         s = ls.CanonicalStrategy(chain4(), [set(range(4))], method="exact", mode="time",
                                  budget=30)
