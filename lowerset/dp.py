@@ -253,21 +253,25 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
             raise SearchLimitError(f"time limit of {time_limit:.3g} s exceeded", limit="time_limit")
     fam = _get_family(G, method, max_lower_sets)
     maximize = mode == "memory"
+    # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
+    dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
     T = G.total_cost()
     # Time-centric: iterative deepening on an overhead cap (exact, see dp_fronts); the fronts,
     # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
     tcap = T if maximize else min(T, _FIRST_TCAP)
     while True:
-        fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, budget, maximize,
+        fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
                                                                deadline, start, tcap)
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
         tcap = min(T, 4 * tcap)
     if fend[last] == fstart[last]:
-        raise InfeasibleBudgetError(budget, min_budget(G, method, max_lower_sets=max_lower_sets),
-                                    method=method)
+        remaining = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
+        raise InfeasibleBudgetError(
+            budget, min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=remaining),
+            method=method)
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
     chain = _trace_back(G, fam, fpa, fpe, e)
