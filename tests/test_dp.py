@@ -537,6 +537,24 @@ class TestAuthorsGraphs:
             assert prev is None or e.overhead <= prev
             prev = e.overhead
 
+    @pytest.mark.parametrize("name", sorted(SIZES))
+    def test_approx_on_every_graph(self, name):
+        g = authors_graph(name)
+        mb, s = ls.min_budget(g, "approx", return_strategy=True)
+        assert s.peak_memory == mb < 2 * g.total_memory()
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, mb - 1, method="approx")
+        assert info.value.min_budget == mb
+        prev = None
+        for B in (mb, (mb + 2 * g.total_memory()) // 2):
+            t = ls.solve(g, B, method="approx")
+            check_strategy(g, t, B, "time", "approx")
+            m = ls.solve(g, B, mode="memory", method="approx")
+            check_strategy(g, m, B, "memory", "approx")
+            assert t.overhead <= m.overhead <= g.total_cost()
+            assert prev is None or t.overhead <= prev
+            prev = t.overhead
+
     def test_vgg19_is_a_chain(self):
         # 46 nodes and 47 lower sets: a path, where the pruned family is all of L_G
         g = authors_graph("vgg19")
