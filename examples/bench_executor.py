@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
@@ -37,11 +36,11 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import chainer
 
-import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import LivenessHook, RecomputeHook, peak_memory, trace  # noqa: E402
+from examples import _machine  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
 
 # CPU preset: small inputs so that one step takes about a second on a laptop-class CPU
@@ -50,25 +49,10 @@ CPU_PRESET = {"resnet50": {"batch": 2, "size": (112, 112)},
 
 
 def machine_info():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        import cupy
-        cupy_version = cupy.__version__
-    except Exception:
-        cupy_version = None
-    return {"cpu": cpu, "cpu_count": os.cpu_count(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "chainer": chainer.__version__, "numba": numba.__version__, "cupy": cupy_version,
-            "lowerset": lowerset.__version__}
+    info = _machine.machine_info()
+    info["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    info["lowerset"] = lowerset.__version__
+    return info
 
 
 def make_step(net, model, x, t, hook):
@@ -159,7 +143,7 @@ def bench(name, batch, size, repeats, methods, time_limit):
 
 
 def markdown(results, info):
-    lines = [f"Machine: {info['cpu']}, {info['cpu_count']} cores; numpy {info['numpy']}, "
+    lines = [f"Machine: {info['cpu']}, {info['logical_cores']} cores; numpy {info['numpy']}, "
              f"chainer {info['chainer']}, numba {info['numba']}, cupy {info['cupy']}.", ""]
     for r in results:
         lines.append(f"### {r['network']} (batch {r['batch']}, {r['size'][0]}x{r['size'][1]}, "

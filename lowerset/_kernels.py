@@ -357,29 +357,24 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
             fm = _grow(fm, new_cap)
             fpa = _grow(fpa, new_cap)
             fpe = _grow(fpe, new_cap)
-        best = INF
+        # Keep the states not dominated: sweep overhead from the preferred end (low t for the
+        # time-centric mode, high t for the memory-centric one), keeping each strictly lower m.
         if maximize:
-            for t in range(tmax, tmin - 1, -1):
-                m = scratch_m[t]
-                if m < best:
-                    best = m
-                    ft[used] = t
-                    fm[used] = m
-                    fpa[used] = scratch_a[t]
-                    fpe[used] = scratch_e[t]
-                    used += 1
-                scratch_m[t] = INF
+            t, t_end, step = tmax, tmin - 1, -1
         else:
-            for t in range(tmin, tmax + 1):
-                m = scratch_m[t]
-                if m < best:
-                    best = m
-                    ft[used] = t
-                    fm[used] = m
-                    fpa[used] = scratch_a[t]
-                    fpe[used] = scratch_e[t]
-                    used += 1
-                scratch_m[t] = INF
+            t, t_end, step = tmin, tmax + 1, 1
+        best = INF
+        while t != t_end:
+            m = scratch_m[t]
+            if m < best:
+                best = m
+                ft[used] = t
+                fm[used] = m
+                fpa[used] = scratch_a[t]
+                fpe[used] = scratch_e[t]
+                used += 1
+            scratch_m[t] = INF
+            t += step
         fend[b] = used
     return ft, fm, fpa, fpe, used, pairs, capped
 

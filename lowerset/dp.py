@@ -73,16 +73,24 @@ def _trace_back(G, fam, fpa, fpe, entry):
     return chain[::-1]
 
 
-def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
+def _new_fronts(fam):
+    """Empty DP fronts: per-set ranges and two value arrays plus back-pointers (int64).
+
+    The front of the empty set (index 0) holds one root entry of zeros: overhead 0, nothing
+    cached, peak 0.
+    """
     s = fam.sets.shape[0]
     fstart = np.zeros(s, dtype=np.int64)
     fend = np.zeros(s, dtype=np.int64)
+    fend[0] = 1
     cap = max(1024, 4 * s)
-    ft = np.zeros(cap, dtype=np.int64)
-    fm = np.zeros(cap, dtype=np.int64)
-    fpa = np.full(cap, -1, dtype=np.int64)
-    fpe = np.full(cap, -1, dtype=np.int64)
-    fend[0] = used = 1  # the empty set with overhead 0 and nothing cached
+    return (fstart, fend, np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
+            np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
+
+
+def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
+    fstart, fend, ft, fm, fpa, fpe = _new_fronts(fam)
+    used = 1
     T = G.total_cost()
     scratch_m = np.full(T + 1, _kernels.INF, dtype=np.int64)
     scratch_a = np.zeros(T + 1, dtype=np.int64)
@@ -101,14 +109,8 @@ def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
 
 def _min_budget_search(G, fam, upper, deadline, start):
     s = fam.sets.shape[0]
-    fstart = np.zeros(s, dtype=np.int64)
-    fend = np.zeros(s, dtype=np.int64)
-    cap = max(1024, 4 * s)
-    fm = np.zeros(cap, dtype=np.int64)
-    fp = np.zeros(cap, dtype=np.int64)
-    fpa = np.full(cap, -1, dtype=np.int64)
-    fpe = np.full(cap, -1, dtype=np.int64)
-    fend[0] = used = 1
+    fstart, fend, fm, fp, fpa, fpe = _new_fronts(fam)
+    used = 1
     for lo, hi in _blocks(fam, deadline, start):
         fm, fp, fpa, fpe, used, _ = _kernels.peak_fronts(
             lo, hi, np.int64(upper), fam.sets, fam.class_start, fam.tot_t, fam.tot_m,
