@@ -172,3 +172,30 @@ class TestNetworkx:
         assert ls.Graph.from_networkx(H) == g
         pos = {v: i for i, v in enumerate(g.labels)}
         assert all(pos[v] < pos[w] for v, w in g.edges)
+
+
+class TestStrategies:
+    """The hypothesis DAG builder of tests/strategies.py."""
+
+    def test_shrinks_to_the_path(self):
+        from hypothesis import find, settings as hsettings
+
+        g = find(dags(min_nodes=4, max_nodes=6), lambda g: True,
+                 settings=hsettings(database=None))
+        assert g == ls.Graph.chain(4, cost=1, memory=0)
+        assert g.labels == (0, 1, 2, 3)
+
+    def test_shrinks_to_few_edges_when_asked(self):
+        from hypothesis import find, settings as hsettings
+
+        g = find(dags(min_nodes=3, max_nodes=3), lambda g: len(g.edges) == 0,
+                 settings=hsettings(database=None))
+        assert g.edges == [] and g.total_cost() == 3 and g.total_memory() == 0
+
+    @pytest.mark.parametrize("kw", [{"min_nodes": 0}, {"min_nodes": 3, "max_nodes": 2},
+                                    {"max_cost": 0}, {"max_memory": -1}, {"labels": "float"}])
+    def test_impossible_ranges(self, kw):
+        from hypothesis import find, settings as hsettings
+
+        with pytest.raises(ValueError):
+            find(dags(**kw), lambda g: True, settings=hsettings(database=None))
