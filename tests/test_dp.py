@@ -453,6 +453,14 @@ class TestErrors:
         with pytest.raises(ValueError, match="time_limit"):
             ls.min_budget(self.g, time_limit=limit)
 
+    @pytest.mark.xfail(strict=True, reason="BUG: dp._deadline accepts time_limit=nan (no limit "
+                       "at all: nan <= 0 is False and perf_counter() > nan never holds) and "
+                       "time_limit=True (1 s), while budget=True is rejected; expected ValueError")
+    @pytest.mark.parametrize("limit", [float("nan"), True])
+    def test_time_limit_nan_or_bool(self, limit):
+        with pytest.raises(ValueError, match="time_limit"):
+            ls.solve(self.g, 10, time_limit=limit)
+
     def test_infeasible_carries_budgets(self):
         g = ls.Graph.chain(4, memory=10)
         with pytest.raises(ls.InfeasibleBudgetError) as info:
