@@ -127,7 +127,8 @@ def _deadline(time_limit):
     start = time.perf_counter()
     if time_limit is None:
         return None, start
-    if not isinstance(time_limit, numbers.Real) or time_limit <= 0:
+    if (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
+            or not time_limit > 0 or time_limit != time_limit):
         raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     return start + float(time_limit), start
 

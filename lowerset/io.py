@@ -219,12 +219,22 @@ def load_strategy(path, graph=None):
 
 
 def save_graph(G, path):
-    """Write a :class:`Graph` as JSON: nodes, edges, cost (cost units) and memory (bytes)."""
+    """Write a :class:`Graph` as JSON: nodes, edges, cost (cost units), memory (bytes), attrs.
+
+    Raises
+    ------
+    GraphError
+        If a label or an attribute value cannot be written as JSON.
+    """
     data = {"format": _GRAPH_FORMAT, "version": 1, "nodes": list(G.labels),
             "edges": [list(e) for e in G.edges], "cost": G.cost.tolist(),
-            "memory": G.memory.tolist()}
+            "memory": G.memory.tolist(), "attrs": [G.attrs[v] for v in G.labels]}
+    try:
+        text = json.dumps(data)
+    except TypeError as e:
+        raise GraphError(f"node labels and attrs must be JSON-serialisable: {e}") from None
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+        f.write(text)
 
 
 def load_graph(path):
@@ -248,6 +258,7 @@ def load_graph(path):
         nodes = data["nodes"]
         edges = [tuple(e) for e in data["edges"]]
         cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
+        attrs = dict(zip(nodes, data.get("attrs") or [{}] * len(nodes)))
     except (KeyError, TypeError) as e:
         raise FormatError(f"missing or invalid entry {e} in a lowerset graph file", path) from None
-    return Graph(nodes, edges, cost, memory)
+    return Graph(nodes, edges, cost, memory, attrs=attrs)

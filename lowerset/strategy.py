@@ -52,7 +52,9 @@ class CanonicalStrategy:
     overhead : int
         Eq. (1): T(V ∖ U_k) = Σ_i T(V_i ∖ ∂(L_i)), cost units.
     memory_profile : list of int
-        M(1), ..., M(k) of eq. (2), bytes.
+        M(1), ..., M(k) of eq. (2), bytes. As in the paper, a node outside L_i that is both a
+        successor of L_i and a predecessor of such a successor is counted in both terms
+        M(δ+(L_i)∖L_i) and M(δ−(δ+(L_i))∖L_i).
     peak_memory : int
         max_i M(i), bytes.
 
@@ -80,6 +82,10 @@ class CanonicalStrategy:
     def __init__(self, graph, lower_sets, *, method=None, mode=None, budget=None,
                  planner_seconds=None):
         self.graph = graph
+        if isinstance(lower_sets, (set, frozenset)) or (
+                isinstance(lower_sets, np.ndarray) and lower_sets.ndim == 1):
+            raise StrategyError("lower_sets must be a sequence of lower sets [L_1, ..., V], "
+                                "not a single set")
         masks = [check_lower_set(graph, L) for L in lower_sets]
         if not masks:
             raise StrategyError("a canonical strategy needs at least one lower set (V)")

@@ -446,9 +446,7 @@ class TestErrors:
         with pytest.raises(ValueError, match="time_limit"):
             ls.min_budget(self.g, time_limit=limit)
 
-    @pytest.mark.xfail(strict=True, reason="BUG: dp._deadline accepts time_limit=nan (no limit "
-                       "at all: nan <= 0 is False and perf_counter() > nan never holds) and "
-                       "time_limit=True (1 s), while budget=True is rejected; expected ValueError")
+    # regression: nan meant "no limit" (nan <= 0 is False) and True meant 1 s
     @pytest.mark.parametrize("limit", [float("nan"), True])
     def test_time_limit_nan_or_bool(self, limit):
         with pytest.raises(ValueError, match="time_limit"):

@@ -332,3 +332,18 @@ class TestGraphJSON:
                                  "edges": [[0, 1], [1, 0]], "cost": [1, 1], "memory": [1, 1]}))
         with pytest.raises(ls.GraphError, match="cycle"):
             ls.load_graph(p)
+
+
+def test_graph_json_keeps_attrs(tmp_path):
+    g = ls.Graph(["a", "b"], [("a", "b")], {"a": 1, "b": 10}, {"a": 4, "b": 8},
+                 attrs={"a": {"function": "ReLU"}, "b": {"function": "Split", "outputs": [3, 4]}})
+    p = tmp_path / "g.json"
+    ls.save_graph(g, p)
+    h = ls.load_graph(p)
+    assert h == g and h.attrs == g.attrs
+
+
+def test_graph_json_rejects_unserialisable_attrs(tmp_path):
+    g = ls.Graph(["a"], [], {"a": 1}, {"a": 4}, attrs={"a": {"obj": object()}})
+    with pytest.raises(ls.GraphError, match="JSON"):
+        ls.save_graph(g, tmp_path / "g.json")

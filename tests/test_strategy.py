@@ -311,3 +311,9 @@ def test_bounds_of_the_model(g):
     # boundary, so the recomputed set is the sinks in V_i ∖ ∂(L_i)
     assert s.overhead <= g.total_cost()
     assert all(m >= 0 for m in s.memory_profile)
+
+
+def test_single_set_instead_of_sequence():
+    g = ls.Graph.chain(3)
+    with pytest.raises(ls.StrategyError, match="sequence of lower sets"):
+        ls.CanonicalStrategy(g, frozenset(g.labels))
