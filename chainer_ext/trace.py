@@ -23,23 +23,9 @@ __all__ = ["trace", "TracedGraph", "preset_cost", "COST_MODELS"]
 COST_MODELS = ("preset", "profile")
 
 
-def preset_cost(function_name):
-    """The paper's cost rule T_v: 10 for a convolution, 1 otherwise (cost units).
-
-    Parameters
-    ----------
-    function_name : str
-        Class name of the FunctionNode, e.g. ``"Convolution2DFunction"``.
-
-    Returns
-    -------
-    int
-
-    References
-    ----------
-    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 5 (experimental setup).
-    """
-    return 10 if "Convolution" in function_name else 1
+#: The paper's cost rule T_v (10 for a convolution, 1 otherwise), shared with the planner's
+#: cg reader so that traced graphs and the authors' graphs are costed alike.
+preset_cost = lowerset.paper_cost
 
 
 class TracedGraph(lowerset.Graph):
