@@ -426,7 +426,7 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
     n_words = sets.shape[1]
     pairs = 0
     cap = 64
-    # the front of the current target, kept free of dominated states as candidates arrive
+    # the front of the current target, kept sorted and free of dominated states
     cm = np.empty(cap, dtype=np.int64)
     cp = np.empty(cap, dtype=np.int64)
     ca = np.empty(cap, dtype=np.int64)
@@ -449,33 +449,48 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
                 if p > upper:
                     continue
                 m2 = m + dm
-                dominated = False
-                for j in range(c):
-                    if cm[j] <= m2 and cp[j] <= p:
-                        dominated = True
-                        break
-                if dominated:
+                # the front (cm ascending, cp strictly descending): the entry with the largest
+                # cm <= m2 has the least cp among those, so one binary search tells dominance
+                lo_i = 0
+                hi_i = c
+                while lo_i < hi_i:
+                    mid = (lo_i + hi_i) >> 1
+                    if cm[mid] <= m2:
+                        lo_i = mid + 1
+                    else:
+                        hi_i = mid
+                if lo_i > 0 and cp[lo_i - 1] <= p:
                     continue
-                k = 0
-                for j in range(c):
-                    if not (m2 <= cm[j] and p <= cp[j]):
-                        cm[k] = cm[j]
-                        cp[k] = cp[j]
-                        ca[k] = ca[j]
-                        ce[k] = ce[j]
-                        k += 1
-                c = k
-                if c == cap:
+                # entries with cm >= m2 and cp >= p are dominated by the new state: they form
+                # the run starting at the insertion point (or at an equal cm just before it)
+                first = lo_i - 1 if lo_i > 0 and cm[lo_i - 1] == m2 else lo_i
+                last = first
+                while last < c and cp[last] >= p:
+                    last += 1
+                if c + 1 > cap:
                     cap *= 2
                     cm = _grow(cm, cap)
                     cp = _grow(cp, cap)
                     ca = _grow(ca, cap)
                     ce = _grow(ce, cap)
-                cm[c] = m2
-                cp[c] = p
-                ca[c] = a
-                ce[c] = e
-                c += 1
+                shift = 1 - (last - first)
+                if shift > 0:
+                    for j in range(c - 1, last - 1, -1):
+                        cm[j + shift] = cm[j]
+                        cp[j + shift] = cp[j]
+                        ca[j + shift] = ca[j]
+                        ce[j + shift] = ce[j]
+                elif shift < 0:
+                    for j in range(last, c):
+                        cm[j + shift] = cm[j]
+                        cp[j + shift] = cp[j]
+                        ca[j + shift] = ca[j]
+                        ce[j + shift] = ce[j]
+                cm[first] = m2
+                cp[first] = p
+                ca[first] = a
+                ce[first] = e
+                c += shift
         fstart[b] = used
         if used + c > fm.shape[0]:
             new_cap = max(2 * fm.shape[0], used + c)
