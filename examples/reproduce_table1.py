@@ -35,6 +35,11 @@ The CPU preset, all seven networks (about 7 minutes on 2 cores)::
 
     .venv/bin/python examples/reproduce_table1.py --preset cpu
 
+Six networks, all but PSPNet (about 5 minutes)::
+
+    .venv/bin/python examples/reproduce_table1.py --networks unet resnet50 resnet152 vgg19 \
+        densenet161 googlenet
+
 A quick run::
 
     .venv/bin/python examples/reproduce_table1.py --networks resnet50 --batch 1 --size 64
