@@ -7,6 +7,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
 cd "$ROOT"
 if [ "$#" -eq 0 ]; then
-    set -- --preset cpu --networks resnet50 vgg19 googlenet
+    set -- --preset cpu --networks unet resnet50 resnet152 vgg19 densenet161 googlenet
 fi
 exec "$ROOT/.venv/bin/python" examples/reproduce_table1.py "$@"
