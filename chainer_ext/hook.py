@@ -176,21 +176,28 @@ class RecomputeHook(chainer.FunctionHook):
         self._drop = [seg[v] < k - 1 and not boundary[v] and bool(consumers[v])
                       for v in range(n)]
         uses = []
+        backward_uses = []
         for v in range(n):
-            u = set()
+            u, bu = set(), set()
             if self._bw[v] and self._ret_out[v]:
-                u.add(v)
+                bu.add(v)
             for w, p in consumers[v]:
                 if self._bw[w] and p in self._ret_in[w]:
-                    u.add(w)
+                    bu.add(w)
                 if self._drop[w]:
                     u.add(w)
-            uses.append(u)
+            uses.append(u | bu)
+            backward_uses.append(bu)
         self._uses0 = [len(u) for u in uses]
         self._used_by = [[] for _ in range(n)]
+        # values that function w uses only to be recomputed (not in its backward): their use
+        # ends once w has been recomputed, which happens at most once per iteration
+        self._recompute_only = [[] for _ in range(n)]
         for v in range(n):
             for w in uses[v]:
                 self._used_by[w].append(v)
+                if w not in backward_uses[v]:
+                    self._recompute_only[w].append(v)
         # boundary values that some dropped function reads: the hook keeps them (the cache)
         self._cache = [not self._drop[v] and any(self._drop[w] for w, _ in consumers[v])
                        for v in range(n)]
@@ -219,6 +226,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._discarded = [False] * self._n
         self._had = {}
         self._bw_done = [False] * self._n
+        self._recomputed = [False] * self._n
         self._current = None
         self._log = {"discarded": [], "recomputed": [], "freed": []}
 
@@ -399,6 +407,8 @@ class RecomputeHook(chainer.FunctionHook):
         if self.liveness:
             self._drop_state(j)
         for v in self._used_by[j]:
+            if self._recomputed[j] and v in self._recompute_only[j]:
+                continue  # released when j was recomputed
             self._count[v] -= 1
             if self._count[v] == 0:
                 self._free(v)
@@ -452,7 +462,7 @@ class RecomputeHook(chainer.FunctionHook):
             if self._stoch[v] and self._state_freed[v]:  # pragma: no cover - invariant
                 raise RuntimeError(f"internal error: stochastic function {v} "
                                    f"({self._names[v]}) must be recomputed after its backward")
-            xs = []
+            xs, arrs = [], None
             for p, x in enumerate(self._args[v]):
                 if x[0] == "node":
                     arrs = temp.get(x[1])
@@ -466,13 +476,30 @@ class RecomputeHook(chainer.FunctionHook):
                                        f"({self._names[v]}) is not available for recomputation")
                 xs.append(a)
             temp[v] = self._run_forward(v, f, tuple(xs))
+            xs = a = arrs = None  # drop references to the inputs
             self._log["recomputed"].append(v)
+            # liveness inside the recomputation: v will not be recomputed again, so the values
+            # it read only for that are released, and freed if nothing else needs them
+            self._recomputed[v] = True
+            for u in self._recompute_only[v]:
+                self._count[u] -= 1
+                if not self._keep_recomputed(u, need):
+                    if u in temp:
+                        temp[u] = None
+                    else:
+                        self._free(u)
         for v in sorted(R):
             ys = temp[v]
-            if self._count[v] > 0 or v in need:
+            if self._keep_recomputed(v, need):
                 self._restore(v, ys)
             if self._bw_done[v] or not self._bw[v]:
                 self._drop_state(v)
+
+    def _keep_recomputed(self, v, need):
+        """Whether a recomputed value must be restored: something still uses it, it was asked
+        for, or its own backward is pending and needs the state its forward makes."""
+        return (self._count[v] > 0 or v in need
+                or bool(self._state[v]) and self._bw[v] and not self._bw_done[v])
 
     def _run_forward(self, v, f, xs):
         saved = [(a, getattr(f, a)) for a in _ci.side_effect_attrs(f)]

@@ -66,3 +66,40 @@ def test_hook_at_min_budget_uses_less_memory_than_plain(name):
         peaks[label] = peak_memory(lambda: step(m, x, t, lossfn, hook), params=m).peak
     assert peaks["time"] < peaks["plain"], peaks
     assert peaks["memory"] < peaks["plain"], peaks
+
+
+def test_recomputation_frees_intermediates_nobody_keeps():
+    """Recomputing a segment frees each value after its last use there, when backward keeps none.
+
+    A chain of MulConstant functions retains nothing for backward; the Sin after it retains its
+    input. The Sin's backward needs that input, so the whole chain is recomputed; a plain run
+    holds about two of its arrays at a time, and so must the recomputation.
+    """
+    n_funcs, size = 10, 1 << 18  # ten MulConstant functions on 1 MiB float32 arrays
+    w = chainer.Parameter(np.ones(size, dtype=np.float32))
+
+    def loss():
+        h = w * 1.5
+        for _ in range(n_funcs - 1):
+            h = h * 1.01
+        return chainer.functions.sum(chainer.functions.sin(h))
+
+    g = trace(loss)
+    order = list(g.labels)  # MulConstant x n_funcs, Sin, Sum
+    # segment 2: the MulConstants after the first, and the Sin (its boundary)
+    strategy = lowerset.CanonicalStrategy(g, [order[:1], order[:n_funcs + 1], order])
+    hook = RecomputeHook(strategy)
+
+    def run(h):
+        w.cleargrad()
+        if h is None:
+            loss().backward()
+        else:
+            with h:
+                loss().backward()
+
+    plain = peak_memory(lambda: run(None)).peak
+    hooked = peak_memory(lambda: run(hook)).peak
+    assert sorted(hook.last_iteration["recomputed"]) == order[1:n_funcs]
+    # holding every recomputed value at once would cost about (n_funcs - 3) MiB more
+    assert hooked <= plain + 2 * size * 4, (plain, hooked)
