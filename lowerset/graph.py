@@ -280,3 +280,30 @@ def _csr(lists):
         ptr[i + 1] = ptr[i] + len(x)
     idx = np.fromiter((j for x in lists for j in sorted(x)), dtype=np.int64, count=int(ptr[-1]))
     return ptr, idx
+
+
+def _graph_to_dict(G, attrs=True):
+    """The JSON-ready fields of a graph: nodes, edges, cost, memory and (optionally) attrs."""
+    data = {"nodes": list(G.labels), "edges": [list(e) for e in G.edges],
+            "cost": G.cost.tolist(), "memory": G.memory.tolist()}
+    if attrs:
+        data["attrs"] = [G.attrs[v] for v in G.labels]
+    return data
+
+
+def _graph_from_dict(data):
+    """Inverse of :func:`_graph_to_dict`.
+
+    Raises
+    ------
+    KeyError, TypeError
+        If an entry is missing or of the wrong type (callers turn these into their own errors).
+    GraphError
+        If the graph is invalid.
+    """
+    nodes = data["nodes"]
+    edges = [tuple(e) for e in data["edges"]]
+    cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
+    attrs = data.get("attrs")
+    return Graph(nodes, edges, cost, memory, attrs=dict(zip(nodes, attrs)) if attrs else None)
+

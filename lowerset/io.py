@@ -10,7 +10,7 @@ import json
 import os
 
 from .exceptions import FormatError, GraphError
-from .graph import Graph
+from .graph import Graph, _graph_from_dict, _graph_to_dict
 from .strategy import CanonicalStrategy
 
 __all__ = ["read_cg", "paper_cost", "save_strategy", "load_strategy", "save_graph", "load_graph"]
@@ -226,9 +226,7 @@ def save_graph(G, path):
     GraphError
         If a label or an attribute value cannot be written as JSON.
     """
-    data = {"format": _GRAPH_FORMAT, "version": 1, "nodes": list(G.labels),
-            "edges": [list(e) for e in G.edges], "cost": G.cost.tolist(),
-            "memory": G.memory.tolist(), "attrs": [G.attrs[v] for v in G.labels]}
+    data = {"format": _GRAPH_FORMAT, "version": 1, **_graph_to_dict(G)}
     try:
         text = json.dumps(data)
     except TypeError as e:
@@ -255,10 +253,6 @@ def load_graph(path):
     if not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT or data.get("version") != 1:
         raise FormatError("not a lowerset graph file (format 'lowerset.graph', version 1)", path)
     try:
-        nodes = data["nodes"]
-        edges = [tuple(e) for e in data["edges"]]
-        cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
-        attrs = dict(zip(nodes, data.get("attrs") or [{}] * len(nodes)))
+        return _graph_from_dict(data)
     except (KeyError, TypeError) as e:
         raise FormatError(f"missing or invalid entry {e} in a lowerset graph file", path) from None
-    return Graph(nodes, edges, cost, memory, attrs=attrs)

@@ -11,6 +11,7 @@ from functools import cached_property
 import numpy as np
 
 from .exceptions import StrategyError
+from .graph import _graph_from_dict, _graph_to_dict
 from .lowersets import check_lower_set
 
 __all__ = ["CanonicalStrategy"]
@@ -185,12 +186,7 @@ class CanonicalStrategy:
         return {
             "format": _FORMAT,
             "version": _VERSION,
-            "graph": {
-                "nodes": list(g.labels),
-                "edges": [list(e) for e in g.edges],
-                "cost": g.cost.tolist(),
-                "memory": g.memory.tolist(),
-            },
+            "graph": _graph_to_dict(g, attrs=False),
             "lower_sets": [sorted(L, key=g.index.__getitem__) for L in self.lower_sets],
             "method": self.method,
             "mode": self.mode,
@@ -215,17 +211,12 @@ class CanonicalStrategy:
             If the dict is not a lowerset strategy of a known version, or its graph differs
             from `graph`.
         """
-        from .graph import Graph
-
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
         if data.get("version") != _VERSION:
             raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
         try:
-            gd = data["graph"]
-            nodes = gd["nodes"]
-            stored = Graph(nodes, [tuple(e) for e in gd["edges"]], dict(zip(nodes, gd["cost"])),
-                           dict(zip(nodes, gd["memory"])))
+            stored = _graph_from_dict(data["graph"])
             lower_sets = [set(L) for L in data["lower_sets"]]
         except (KeyError, TypeError) as e:
             raise StrategyError(f"malformed strategy: missing or invalid entry {e}") from None
