@@ -1,7 +1,5 @@
 """Articulation cuts: the lower sets Chen et al.'s checkpointing can split a DAG at."""
 
-import numpy as np
-
 from .. import _kernels
 from ..lowersets import mask_of_bits
 
@@ -31,14 +29,10 @@ def articulation_cuts(G):
     .. [2] Kusumoto et al., NeurIPS 2019, Sec. 2 ("Chen's recomputation algorithm").
     """
     anc = _kernels.ancestor_sets(G.n, G.n_words, G.pred_ptr, G.pred_idx)
-    cuts = []
-    for v in range(G.n):
-        mask = mask_of_bits(anc[v], G.n)
-        if mask.all():
-            continue
-        leaving = [u for u in np.flatnonzero(mask) if any(not mask[w] for w in G.succs(u))]
-        if leaving == [v]:
-            cuts.append((v, mask))
+    size, *_, bptr, bidx, _ = _kernels.set_stats(anc, G.n, G.cost, G.memory, G.pred_ptr,
+                                                 G.pred_idx, G.succ_ptr, G.succ_idx)
+    cuts = [(v, mask_of_bits(anc[v], G.n)) for v in range(G.n)
+            if size[v] < G.n and bptr[v + 1] - bptr[v] == 1 and bidx[bptr[v]] == v]
     cuts.sort(key=lambda c: int(c[1].sum()))
     chain = []
     for v, mask in cuts:
