@@ -483,7 +483,7 @@ class RecomputeHook(chainer.FunctionHook):
             self._recomputed[v] = True
             for u in self._recompute_only[v]:
                 self._count[u] -= 1
-                if not self._keep_recomputed(u, need):
+                if self._count[u] == 0:  # its value has no use left (its state is separate)
                     if u in temp:
                         temp[u] = None
                     else:
@@ -519,6 +519,11 @@ class RecomputeHook(chainer.FunctionHook):
         return ys
 
     def _restore(self, v, ys):
+        self._discarded[v] = False
+        if self._count[v] == 0:
+            # kept only for the state its forward made (its own backward is pending): nothing
+            # reads the outputs any more, so putting them back would only hold their memory
+            return
         f = self._funcs[v]
         had = self._had[v]
         for k, ref in enumerate(f.outputs):
@@ -534,7 +539,6 @@ class RecomputeHook(chainer.FunctionHook):
             _ci.set_retained_output_data(f, tuple(ys[k] for k in self._ret_out[v]))
         if self._cache_for_recompute(v):
             self._vals[v] = tuple(ys)
-        self._discarded[v] = False
 
     def _cache_for_recompute(self, v):
         # keep our own reference if a dropped consumer may still need this value to recompute

@@ -11,9 +11,10 @@ from .lowersets import *  # noqa: F401,F403
 from .strategy import *  # noqa: F401,F403
 from .dp import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from . import exceptions, graph, lowersets, strategy, dp, io, baselines
+from .liveness import *  # noqa: F401,F403
+from . import exceptions, graph, lowersets, strategy, dp, io, liveness, baselines
 
 __version__ = "0.1.0"
 
 __all__ = (exceptions.__all__ + graph.__all__ + lowersets.__all__ + strategy.__all__ + dp.__all__
-           + io.__all__)
+           + io.__all__ + liveness.__all__)
