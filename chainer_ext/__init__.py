@@ -4,11 +4,15 @@
 >>> hook = RecomputeHook(lowerset.solve(graph, mode="time"))      # doctest: +SKIP
 """
 
-from .exceptions import *  # noqa: F401,F403
-from .trace import trace, TracedGraph, preset_cost, COST_MODELS  # noqa: F401
-from .hook import RecomputeHook, LivenessHook  # noqa: F401
-from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401
-from . import exceptions
+from ._compat import import_chainer as _import_chainer
+
+_import_chainer()  # before anything imports chainer: fixes for NumPy 2 / Python 3.12 (_compat.py)
+
+from .exceptions import *  # noqa: F401,F403,E402
+from .trace import trace, TracedGraph, preset_cost, COST_MODELS  # noqa: F401,E402
+from .hook import RecomputeHook, LivenessHook  # noqa: F401,E402
+from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401,E402
+from . import exceptions  # noqa: E402
 
 __all__ = (["trace", "TracedGraph", "preset_cost", "COST_MODELS", "RecomputeHook",
             "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport"]

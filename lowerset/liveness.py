@@ -22,7 +22,8 @@ conservative assumption that every function's backward reads all its inputs and 
 =================== ============================================================ ==========
 attribute           meaning                                                      default
 =================== ============================================================ ==========
-``output_bytes``    bytes of the node's output arrays (its gradient is as large)  M_v
+``output_bytes``    bytes of the node's output arrays                             M_v
+``outputs``         ``[shape, dtype]`` per output (sizes each output's gradient)  one output
 ``state_bytes``     bytes the function keeps for backward besides inputs/outputs  0
 ``inputs``          ``["node", label, k]`` per argument (others are ignored)      all preds
 ``retained_inputs`` argument positions the function's backward reads              all
@@ -58,8 +59,11 @@ class LivenessModel:
     ----------
     order : ndarray of int64, shape (n,)
         Node ids in forward execution order (for traced graphs, the recorded order).
-    value_bytes, state_bytes, grad_bytes : ndarray of int64, shape (n,)
-        Bytes of each node's outputs, of its function's saved state and of its output gradient.
+    value_bytes, state_bytes : ndarray of int64, shape (n,)
+        Bytes of each node's outputs and of its function's saved state.
+    grad_inputs : list of list of (int, int, int)
+        ``grad_inputs[w]``: per argument of w that is a node's output and gets a gradient,
+        ``(id, output index, bytes)``; w's backward adds one gradient array of that size.
     backward, stochastic, self_read : ndarray of bool, shape (n,)
         Whether the node's backward runs, whether its state survives a drop, whether its
         backward reads its own output.
@@ -88,28 +92,41 @@ class LivenessModel:
         self.value_bytes = np.array([int(a.get("output_bytes", M[i])) for i, a in enumerate(A)],
                                     dtype=np.int64)
         self.state_bytes = np.array([int(a.get("state_bytes", 0)) for a in A], dtype=np.int64)
-        req = np.array([bool(a.get("requires_grad", True)) for a in A])
-        self.grad_bytes = np.where(req, self.value_bytes, 0).astype(np.int64)
+        req = [bool(a.get("requires_grad", True)) for a in A]
+        out_bytes = []
+        for i, a in enumerate(A):
+            outs = a.get("outputs")
+            if outs and all(o is not None for o in outs):
+                out_bytes.append([int(np.prod(sh, dtype=np.int64)) * np.dtype(dt).itemsize
+                                  for sh, dt in outs])
+            else:
+                out_bytes.append([int(self.value_bytes[i])])
         self.backward = np.array([bool(a.get("backward", True)) for a in A])
         self.stochastic = np.array([bool(a.get("stochastic", False)) for a in A])
         self.self_read = np.array([bool(a.get("retained_outputs", [0])) for a in A])
-        self.reads = []
+        self.reads, self.grad_inputs = [], []
         for i, a in enumerate(A):
             preds = set(G.preds(i).tolist())
             if "inputs" not in a:
                 self.reads.append(frozenset(preds))
+                self.grad_inputs.append([(j, 0, out_bytes[j][0]) for j in sorted(preds)
+                                         if req[j]])
                 continue
             keep = a.get("retained_inputs")
-            r = set()
+            r, gi = set(), []
             for p, x in enumerate(a["inputs"]):
-                if x[0] != "node" or (keep is not None and p not in keep):
+                if x[0] != "node":
                     continue
                 j = G.index.get(x[1])
-                if j is None or j not in preds:
-                    raise StrategyError(f"node {G.labels[i]!r}: input {p} names {x[1]!r}, "
-                                        "which is not a predecessor in the graph")
-                r.add(j)
+                if j is None or j not in preds or not 0 <= x[2] < len(out_bytes[j]):
+                    raise StrategyError(f"node {G.labels[i]!r}: input {p} names {x[1:]!r}, "
+                                        "which is not an output of a predecessor in the graph")
+                if req[j]:
+                    gi.append((j, int(x[2]), out_bytes[j][x[2]]))
+                if keep is None or p in keep:
+                    r.add(j)
             self.reads.append(frozenset(r))
+            self.grad_inputs.append(gi)
         rank = np.zeros(n, dtype=np.int64)
         for i in self.order:
             ps = G.preds(i)
@@ -132,6 +149,9 @@ class LivenessReport:
     peak_at : tuple
         ``(phase, label)`` of the step that reached the peak; phase is "forward", "recompute"
         or "backward".
+    boundary_peak : int
+        The peak over function boundaries only, leaving out the moments inside a recomputation
+        (what a sampler in the hooks' pre- and post-processes of forward and backward sees).
     recomputed : list
         Labels recomputed, in order (a node at most once).
     recompute_cost : int
@@ -143,6 +163,7 @@ class LivenessReport:
     forward_peak: int
     backward_peak: int
     peak_at: tuple
+    boundary_peak: int = 0
     recomputed: list = field(default_factory=list)
     recompute_cost: int = 0
 
@@ -238,10 +259,11 @@ class _Simulation:
         self.used = 0
         self.peak = 0
         self.peak_at = None
+        self.boundary_peak = 0
         self.phase_peak = {"forward": 0, "backward": 0}
         self.val = [False] * n
         self.state = [False] * n
-        self.grad = [False] * n
+        self.grads = {}  # (id, output index) -> [arrays pending, bytes each]
         self.discarded = [False] * n
         self.bw_done = [False] * n
         self.recomputed_flag = [False] * n
@@ -255,6 +277,8 @@ class _Simulation:
         key = "forward" if phase == "forward" else "backward"
         if self.used > self.phase_peak[key]:
             self.phase_peak[key] = self.used
+        if phase != "recompute" and self.used > self.boundary_peak:
+            self.boundary_peak = self.used
 
     def _alloc_value(self, v):
         if not self.val[v]:
@@ -315,20 +339,27 @@ class _Simulation:
                 push(int(v))
         while heap:
             _, _, j = heapq.heappop(heap)
+            # Chainer pops j's output gradients, summing (F.add) those of several consumers
+            out_grads = [key for key in self.grads if key[0] == j]
+            for key in out_grads:
+                cnt, b = self.grads[key]
+                if cnt > 1:
+                    self.used += b
+                    self._sample("backward", j)
+                    self.used -= cnt * b
+                    self.grads[key][0] = 1
             need = []
             if self.discarded[j] and (m.self_read[j] or m.state_bytes[j] > 0):
                 need.append(j)
             need += [p for p in m.reads[j] if self.discarded[p]]
             if need:
                 self._recompute(need)
-            for p in self.preds[j]:
-                if m.grad_bytes[p] and not self.grad[p]:
-                    self.grad[p] = True
-                    self.used += int(m.grad_bytes[p])
+            for p, k, b in m.grad_inputs[j]:  # one new gradient array per argument
+                self.grads.setdefault((p, k), [0, b])[0] += 1
+                self.used += b
             self._sample("backward", j)
-            if self.grad[j]:
-                self.grad[j] = False
-                self.used -= int(m.grad_bytes[j])
+            for key in out_grads:
+                self.used -= self.grads.pop(key)[1]
             self.bw_done[j] = True
             self._free_state(j)
             for v in self.used_by[j]:
@@ -342,6 +373,7 @@ class _Simulation:
         return LivenessReport(
             peak=int(self.peak), forward_peak=int(self.phase_peak["forward"]),
             backward_peak=int(self.phase_peak["backward"]), peak_at=self.peak_at,
+            boundary_peak=int(self.boundary_peak),
             recomputed=[G.labels[v] for v in self.recomputed],
             recompute_cost=int(sum(int(G.cost[v]) for v in self.recomputed)))
 
@@ -394,15 +426,16 @@ def _budget_ladder(lo, hi, n):
     return out
 
 
-def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
+def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12, refine=True,
                    max_budget=None, time_limit=None, model=None, return_candidates=False,
                    **solve_kwargs):
     """Plan with the paper's DP at several budgets; keep the lowest simulated peak.
 
     The DP (Sec. 4.2-4.4) is run in each of `modes` at `n_budgets` budgets spaced geometrically
     from the method's minimal budget (eq. 2) to the eq. (2) peak of the one-segment strategy
-    [V] (or `max_budget`). Each strategy is replayed by :func:`simulate`; the one with the lowest
-    simulated peak wins, ties going to the lower overhead (eq. 1).
+    [V] (or `max_budget`), then (with `refine`) at `n_budgets` budgets between the two ladder
+    steps around the best one found. Each strategy is replayed by :func:`simulate`; the one
+    with the lowest simulated peak wins, ties going to the lower overhead (eq. 1).
 
     Parameters
     ----------
@@ -410,7 +443,9 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
     method : {"exact", "approx"}
     modes : sequence of {"time", "memory"}
     n_budgets : int
-        Budgets tried per mode (>= 1).
+        Budgets tried per mode and ladder (>= 1).
+    refine : bool
+        Search a second, finer ladder around the best budget of the first.
     max_budget : int, optional
         Largest budget tried, bytes.
     time_limit : float, optional
@@ -478,17 +513,33 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
         if max_budget < lo:
             raise InfeasibleBudgetError(max_budget, lo, method=method)
         hi = min(hi, int(max_budget))
-    seen, cands = set(), []
-    for budget in _budget_ladder(lo, max(lo, hi), int(n_budgets)):
-        for mode in modes:
-            s = solve(G, budget, mode=mode, method=method, time_limit=remaining(),
-                      **solve_kwargs)
-            key = tuple(tuple(np.flatnonzero(mk)) for mk in s._masks)
-            if key in seen:
+    seen, cands, tried = set(), [], set()
+
+    def run_ladder(budgets):
+        for budget in budgets:
+            if budget in tried:
                 continue
-            seen.add(key)
-            cands.append((s, simulate(s, model)))
-    best, rep = min(cands, key=lambda c: (c[1].peak, c[0].overhead))
+            tried.add(budget)
+            for mode in modes:
+                s = solve(G, budget, mode=mode, method=method, time_limit=remaining(),
+                          **solve_kwargs)
+                key = tuple(tuple(np.flatnonzero(mk)) for mk in s._masks)
+                if key not in seen:
+                    seen.add(key)
+                    cands.append((s, simulate(s, model)))
+
+    def best_candidate():
+        return min(cands, key=lambda c: (c[1].peak, c[0].overhead))
+
+    ladder = _budget_ladder(lo, max(lo, hi), int(n_budgets))
+    run_ladder(ladder)
+    if refine and len(ladder) > 2:
+        # one finer ladder between the neighbours of the budget that gave the best strategy
+        b = best_candidate()[0].budget
+        i = max(j for j, x in enumerate(ladder) if x <= b)
+        run_ladder(_budget_ladder(ladder[max(i - 1, 0)], ladder[min(i + 1, len(ladder) - 1)],
+                                  int(n_budgets)))
+    best, rep = best_candidate()
     best.liveness = rep
     best.planner_seconds = time.perf_counter() - start
     return (best, cands) if return_candidates else best

@@ -2,6 +2,9 @@
 
 import pytest
 
+# chainer_ext first: it applies chainer_ext/_compat.py (NumPy 2 / Python 3.12 fixes, which the
+# GPU machines need) before Chainer is imported; a bare `import chainer` fails there.
+pytest.importorskip("chainer_ext")
 chainer = pytest.importorskip("chainer")
 
 import lowerset  # noqa: E402

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Run the Chainer executor on a lent GPU machine (the device tool's nvidia-h100-x1 / nvidia-h200).
+#
+# That machine has Python 3.12, NumPy 2, CuPy 14 (cupy-cuda13x, no cuDNN bindings), pytest,
+# numba, networkx, tqdm and matplotlib, but no Chainer and no network. Chainer 7.8.1 travels as a
+# wheel built here, with setuptools<74 for its `import pkg_resources` (only installed there if
+# the machine's setuptools has no pkg_resources). Once, here, in the repo root:
+#
+#   echo /.whl/ >> .git/info/exclude
+#   PIP_CONSTRAINT=scripts/constraints.txt PIP_BUILD_CONSTRAINT=scripts/constraints.txt \
+#       .venv/bin/pip wheel --no-deps chainer==7.8.1 -w .whl
+#   .venv/bin/pip download --no-deps --only-binary=:all: "setuptools<74" -d .whl
+#
+# Then call the device tool with carry [".whl"] and a command such as
+#
+#   PYTHONUNBUFFERED=1 bash scripts/gpu_device.sh all 2>&1 | tee $OUT/log
+#   bash scripts/gpu_device.sh table1 --preset paper --device gpu --networks resnet50
+#
+# Subcommands (the install step runs first in each; it takes a few seconds):
+#   check          versions, the GPU, and whether Chainer sees CuPy and cuDNN
+#   tests [ARGS]   python -m pytest -p chainer_ext tests/chainer_ext -q -x ARGS
+#   table1 ARGS    examples/reproduce_table1.py ARGS (default --out: $OUT/results or results/)
+#   all            check, tests, and a short ResNet50 table1 run at the paper's batch on the GPU
+#
+# Chainer 7.8.1 does not import on NumPy 2 / Python 3.12 by itself: chainer_ext/_compat.py fixes
+# that, and is applied when chainer_ext is imported. So this script imports chainer_ext before
+# chainer: `pytest -p chainer_ext` for the tests (their `pytest.importorskip("chainer")` would
+# otherwise skip them all), and a `runpy` wrapper for examples/reproduce_table1.py.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+SITE="${SITE:-/tmp/site}"
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+stamp() { echo "=== $(date +%T) $*"; }
+
+install() {
+    if [ ! -d "$SITE/chainer" ]; then
+        local wheels=(.whl/chainer-7.8.1-*.whl)
+        if ! "$PY" -c "import pkg_resources" >/dev/null 2>&1; then
+            wheels+=(.whl/setuptools-*.whl)  # Chainer's _environment_check imports pkg_resources
+        fi
+        stamp "install ${wheels[*]} -> $SITE"
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" "${wheels[@]}" || { echo "install failed"; exit 1; }
+    fi
+}
+
+check() {
+    stamp check
+    nvidia-smi -L || true
+    "$PY" - <<'EOF'
+import sys
+print("python", sys.version.split()[0], sys.executable)
+import numpy, cupy
+print("numpy", numpy.__version__, "cupy", cupy.__version__,
+      "devices", cupy.cuda.runtime.getDeviceCount())
+import chainer_ext
+from chainer_ext import _compat
+import chainer
+from chainer.backends import cuda
+print("chainer", chainer.__version__, "from", chainer.__file__)
+print("chainer_ext._compat fixes applied:", _compat.applied)
+print("cuda.available", cuda.available, "cudnn_enabled", cuda.cudnn_enabled)
+err = getattr(cuda, "_resolution_error", None)
+if err is not None:
+    print("chainer.backends.cuda._resolution_error:", type(err).__name__, err)
+for mod in ("setuptools", "numba", "networkx", "pytest"):
+    try:
+        print(mod, __import__(mod).__version__)
+    except Exception as e:
+        print(mod, "unavailable:", e)
+EOF
+}
+
+run_tests() {
+    stamp "tests $*"
+    "$PY" -m pytest -p chainer_ext tests/chainer_ext -q -x -p no:cacheprovider "$@"
+}
+
+run_table1() {
+    stamp "table1 $*"
+    local out=() dir="${OUT:+$OUT/results}"
+    case " $* " in *" --out "*) ;; *) out=(--out "${dir:-$ROOT/results}") ;; esac
+    "$PY" -c 'import runpy, sys, chainer_ext  # chainer_ext first: _compat fixes
+sys.argv[0] = "examples/reproduce_table1.py"
+runpy.run_path(sys.argv[0], run_name="__main__")' "$@" "${out[@]}"
+}
+
+install
+cmd="${1:-all}"
+shift || true
+case "$cmd" in
+    check) check ;;
+    tests) run_tests "$@" ;;
+    table1) run_table1 "$@" ;;
+    all)
+        rc=0
+        check || rc=1
+        run_tests || rc=1
+        run_table1 --preset paper --device gpu --networks resnet50 \
+            --methods chen approx-mc exact-tc || rc=1
+        stamp "done rc=$rc"
+        exit $rc ;;
+    *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|all]"; exit 2 ;;
+esac
