@@ -152,6 +152,9 @@ class LivenessReport:
     boundary_peak : int
         The peak over function boundaries only, leaving out the moments inside a recomputation
         (what a sampler in the hooks' pre- and post-processes of forward and backward sees).
+    final : int
+        Bytes still held after the backward pass: the values without successors (the loss),
+        and what a function whose backward never runs keeps.
     recomputed : list
         Labels recomputed, in order (a node at most once).
     recompute_cost : int
@@ -164,6 +167,7 @@ class LivenessReport:
     backward_peak: int
     peak_at: tuple
     boundary_peak: int = 0
+    final: int = 0
     recomputed: list = field(default_factory=list)
     recompute_cost: int = 0
 
@@ -373,7 +377,7 @@ class _Simulation:
         return LivenessReport(
             peak=int(self.peak), forward_peak=int(self.phase_peak["forward"]),
             backward_peak=int(self.phase_peak["backward"]), peak_at=self.peak_at,
-            boundary_peak=int(self.boundary_peak),
+            boundary_peak=int(self.boundary_peak), final=int(self.used),
             recomputed=[G.labels[v] for v in self.recomputed],
             recompute_cost=int(sum(int(G.cost[v]) for v in self.recomputed)))
 
