@@ -4,9 +4,6 @@ The executor side (the simulation replays RecomputeHook exactly) is checked in
 tests/chainer_ext/test_liveness_executor.py.
 """
 
-import os
-import pathlib
-
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ from hypothesis import given, settings
 import lowerset as ls
 
 from strategies import dags, examples
+from test_io import _graph_dir
 
 
 @st.composite
@@ -168,12 +166,6 @@ def test_solve_liveness_errors():
     assert e.value.min_budget == ls.min_budget(g)
     s = ls.solve_liveness(g, max_budget=ls.min_budget(g))
     assert s.peak_memory == ls.min_budget(g)
-
-
-def _graph_dir():
-    env = os.environ.get("LOWERSET_GRAPHS")
-    return pathlib.Path(env) if env else \
-        pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "graphs"
 
 
 @pytest.mark.parametrize("name", ["resnet50", "unet", "vgg19", "densenet"])
