@@ -435,11 +435,16 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
                    **solve_kwargs):
     """Plan with the paper's DP at several budgets; keep the lowest simulated peak.
 
-    The DP (Sec. 4.2-4.4) is run in each of `modes` at `n_budgets` budgets spaced geometrically
-    from the method's minimal budget (eq. 2) to the eq. (2) peak of the one-segment strategy
-    [V] (or `max_budget`), then (with `refine`) at `n_budgets` budgets between the two ladder
-    steps around the best one found. Each strategy is replayed by :func:`simulate`; the one
-    with the lowest simulated peak wins, ties going to the lower overhead (eq. 1).
+    The approximate DP (Sec. 4.3-4.4) is run in each of `modes` at `n_budgets` budgets spaced
+    geometrically from its minimal budget (eq. 2) to the eq. (2) peak of the one-segment
+    strategy [V] (or `max_budget`), then (with `refine`) at `n_budgets` budgets between the two
+    ladder steps around the best one found. For ``method="exact"`` the exact DP (Sec. 4.2), which
+    can take seconds per budget, is then run in both modes at its own minimal budget, and in the
+    mode of the approximate search's best strategy at ``n_budgets // 2`` (at least 3) budgets
+    within one ladder step of that strategy's budget. Each
+    strategy is replayed by :func:`simulate`; the one with the lowest simulated peak wins, ties
+    going to the lower overhead (eq. 1). This is a search over budgets, not an optimum over all
+    lower-set sequences of the simulated peak.
 
     Parameters
     ----------
@@ -536,7 +541,20 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
         return min(cands, key=lambda c: (c[1].peak, c[0].overhead))
 
     ladder = _budget_ladder(lo, max(lo, hi), int(n_budgets))
-    run_ladder(ladder)
+    if method == "exact":
+        # the exact DP costs up to seconds per budget on graphs with many lower sets: search the
+        # approximate family's ladder first, then the exact DP around the budget it chose
+        seed = solve_liveness(G, "approx", modes, n_budgets=n_budgets, refine=refine,
+                              max_budget=max_budget, time_limit=remaining(), model=model)
+        step = (ladder[-1] / ladder[0]) ** (1.0 / max(len(ladder) - 1, 1)) if lo > 0 else 1.0
+        b = seed.budget
+        run_ladder([lo])  # never worse than the paper's strategies at the minimal budget
+        modes = (seed.mode,)  # a time-centric exact DP at a large budget is the slow one
+        run_ladder(_budget_ladder(max(lo, int(b / step)), max(lo, min(hi, int(b * step))),
+                                  max(3, int(n_budgets) // 2)))
+        refine = False
+    else:
+        run_ladder(ladder)
     if refine and len(ladder) > 2:
         # one finer ladder between the neighbours of the budget that gave the best strategy
         b = best_candidate()[0].budget
