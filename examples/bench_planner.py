@@ -87,6 +87,39 @@ def bench_graph(path, time_limit):
     return row
 
 
+def bench_liveness(path, time_limit):
+    """solve_liveness on one graph: wall time and simulated peaks (conservative model: the
+    authors' files say nothing about what each backward reads), against the paper's strategies
+    at the minimal budget and Chen's."""
+    G = ls.read_cg(path)
+    model = ls.LivenessModel(G)
+    row = {"graph": path.stem.replace("cg_", ""),
+           "chen": ls.simulate(ls.baselines.chen_sqrtn(G), model).peak}
+    for method in ls.METHODS:
+        try:
+            s, t = timed(ls.solve_liveness, cold(G), method, model=model, time_limit=time_limit)
+            row[f"{method}_lv"] = {"peak": s.liveness.peak, "overhead": s.overhead,
+                                   "seconds": t}
+            row[f"{method}_min"] = min(ls.simulate(ls.solve(G, mode=m, method=method), model).peak
+                                       for m in ls.MODES)
+        except ls.SearchLimitError:
+            row[f"{method}_lv"] = {"peak": None, "overhead": None, "seconds": "timeout"}
+            row[f"{method}_min"] = None
+    return row
+
+
+def markdown_liveness(rows):
+    head = ("| graph | simulated peak (GB): Chen's | exact TC/MC @min (best) | exact+LV "
+            "| approx TC/MC @min (best) | approx+LV | t solve_liveness exact / approx (s) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        lines.append(
+            f"| {r['graph']} | {gb(r['chen'])} | {gb(r['exact_min'])} "
+            f"| {gb(r['exact_lv']['peak'])} | {gb(r['approx_min'])} | {gb(r['approx_lv']['peak'])} "
+            f"| {fmt_s(r['exact_lv']['seconds'])}/{fmt_s(r['approx_lv']['seconds'])} |")
+    return "\n".join(lines)
+
+
 def fmt_s(x):
     return x if isinstance(x, str) else f"{x:.3f}"
 
@@ -153,16 +186,20 @@ def main(argv=None):
     print(f"Machine: {machine_line(info)}")
     _, t = timed(warm_up)
     print(f"JIT warm-up (compile or load from cache): {t:.2f} s\n")
-    rows = []
+    rows, lv_rows = [], []
     for p in paths:
         rows.append(bench_graph(p, args.time_limit))
+        lv_rows.append(bench_liveness(p, args.time_limit))
         print(f"  {rows[-1]['graph']}: done", file=sys.stderr, flush=True)
     print(markdown(rows))
     misses = check_targets(rows)
     print("\nTargets (exact <= 10 s, approx <= 0.5 s and <= 50 ms at min budget, "
           "min_budget <= 10 s): " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
+    print("\nPlanning against liveness analysis (lowerset.simulate, conservative model):\n")
+    print(markdown_liveness(lv_rows))
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"machine": info, "rows": rows, "liveness": lv_rows},
+                                        indent=1))
     return 0
 
 

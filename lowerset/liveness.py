@@ -2,10 +2,12 @@
 
 Eq. (2) of the paper bounds the memory of segment i's backward pass by ``2 M(V_i)`` plus the
 cache and the neighbouring values, as if every forward value and every gradient of the segment
-lived at once. An executor with liveness analysis (the paper's Sec. 3 remark, and
-:class:`chainer_ext.RecomputeHook`) frees each value right after its last use, gradients included,
-so a coarse segment costs far less than eq. (2) says and the strategy with the least *planned*
-peak is often not the one with the least *real* peak (the paper's footnote 2).
+lived at once. An executor with liveness analysis (which the paper applies after planning, end of
+Sec. 3; :class:`chainer_ext.RecomputeHook`) frees each value right after its last use, gradients
+included, so a coarse segment costs far less than eq. (2) says and the strategy with the least
+*planned* peak is often not the one with the least *real* peak (footnote 2 of Sec. 5). Sec. 4.4
+finds coarse partitions "through trial and error" (the memory-centric mode); here a simulation
+does the trial.
 
 :func:`simulate` replays a canonical strategy event by event, the way such an executor runs it,
 and returns the bytes in use at every step: the forward pass (dropping ``V_i ∖ ∂(L_i)`` once its
@@ -480,8 +482,9 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
 
     References
     ----------
-    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 4.2-4.4 (the DP and its budget), Sec. 3 and
-       footnote 2 (liveness analysis).
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 4.2-4.4 (the DP, its budget, and the search for
+       coarse partitions that liveness analysis favours), Sec. 3 and footnote 2 (liveness
+       analysis).
 
     Examples
     --------
