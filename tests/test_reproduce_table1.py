@@ -46,6 +46,7 @@ def test_every_strategy_measured(run):
         assert r["nonparam_boundary_peak"] <= r["total_boundary_peak"], key
         if key != "vanilla":
             assert r["planned_peak"] > 0 and r["overhead"] >= 0 and r["time_s"] > 0
+            assert 0 < r["simulated_boundary_peak"] <= r["simulated_peak"]
             assert "total_peak_reduction" in r
     assert data["targets"][0]["network"] == "resnet50"
     assert res["targets"][0]["ours"] is not None
