@@ -269,7 +269,8 @@ class _Simulation:
         self.phase_peak = {"forward": 0, "backward": 0}
         self.val = [False] * n
         self.state = [False] * n
-        self.grads = {}  # (id, output index) -> [arrays pending, bytes each]
+        self.grads = [{} for _ in range(n)]  # per node: output index -> [arrays, bytes each]
+        self.pos = {int(v): i for i, v in enumerate(m.order)}
         self.discarded = [False] * n
         self.bw_done = [False] * n
         self.recomputed_flag = [False] * n
@@ -346,14 +347,13 @@ class _Simulation:
         while heap:
             _, _, j = heapq.heappop(heap)
             # Chainer pops j's output gradients, summing (F.add) those of several consumers
-            out_grads = [key for key in self.grads if key[0] == j]
-            for key in out_grads:
-                cnt, b = self.grads[key]
+            for pending in self.grads[j].values():
+                cnt, b = pending
                 if cnt > 1:
                     self.used += b
                     self._sample("backward", j)
                     self.used -= cnt * b
-                    self.grads[key][0] = 1
+                    pending[0] = 1
             need = []
             if self.discarded[j] and (m.self_read[j] or m.state_bytes[j] > 0):
                 need.append(j)
@@ -361,11 +361,11 @@ class _Simulation:
             if need:
                 self._recompute(need)
             for p, k, b in m.grad_inputs[j]:  # one new gradient array per argument
-                self.grads.setdefault((p, k), [0, b])[0] += 1
+                self.grads[p].setdefault(k, [0, b])[0] += 1
                 self.used += b
             self._sample("backward", j)
-            for key in out_grads:
-                self.used -= self.grads.pop(key)[1]
+            self.used -= sum(b for _, b in self.grads[j].values())
+            self.grads[j].clear()
             self.bw_done[j] = True
             self._free_state(j)
             for v in self.used_by[j]:
@@ -395,8 +395,7 @@ class _Simulation:
                 continue
             R.add(v)
             stack.extend(p for p in self.preds[v] if self.discarded[p] and p not in R)
-        pos = {int(v): i for i, v in enumerate(self.m.order)}
-        todo = sorted(R, key=pos.__getitem__)
+        todo = sorted(R, key=self.pos.__getitem__)
         for v in todo:
             self._alloc_value(v)
             self._alloc_state(v)
