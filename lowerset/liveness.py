@@ -442,7 +442,9 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
     ladder steps around the best one found. For ``method="exact"`` the exact DP (Sec. 4.2), which
     can take seconds per budget, is then run in both modes at its own minimal budget, and in the
     mode of the approximate search's best strategy at ``n_budgets // 2`` (at least 3) budgets
-    within one ladder step of that strategy's budget. Each
+    within one ladder step of that strategy's budget; the approximate search's strategies stay
+    candidates (the pruned family's lower sets are lower sets of G), so the exact search is never
+    worse than the approximate one, and its result may carry ``method="approx"``. Each
     strategy is replayed by :func:`simulate`; the one with the lowest simulated peak wins, ties
     going to the lower overhead (eq. 1). This is a search over budgets, not an optimum over all
     lower-set sequences of the simulated peak.
@@ -546,8 +548,13 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
     if method == "exact":
         # the exact DP costs up to seconds per budget on graphs with many lower sets: search the
         # approximate family's ladder first, then the exact DP around the budget it chose
-        seed = solve_liveness(G, "approx", modes, n_budgets=n_budgets, refine=refine,
-                              max_budget=max_budget, time_limit=remaining(), model=model)
+        seed, seed_cands = solve_liveness(G, "approx", modes, n_budgets=n_budgets,
+                                          refine=refine, max_budget=max_budget,
+                                          time_limit=remaining(), model=model,
+                                          return_candidates=True)
+        for c in seed_cands:  # lower sets of the pruned family are lower sets of G
+            seen.add(tuple(tuple(np.flatnonzero(mk)) for mk in c[0]._masks))
+            cands.append(c)
         step = (ladder[-1] / ladder[0]) ** (1.0 / max(len(ladder) - 1, 1)) if lo > 0 else 1.0
         b = seed.budget
         run_ladder([lo])  # never worse than the paper's strategies at the minimal budget

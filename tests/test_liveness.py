@@ -144,6 +144,8 @@ def test_solve_liveness_is_no_worse_than_the_min_budget_strategies(g):
     assert all(best.liveness.peak <= r.peak for _, r in cands)
     keys = [tuple(map(frozenset, s.lower_sets)) for s, _ in cands]
     assert len(keys) == len(set(keys))
+    approx = ls.solve_liveness(g, "approx", n_budgets=4)
+    assert best.liveness.peak <= approx.liveness.peak
 
 
 def test_solve_liveness_beats_min_budget_on_a_chain():
