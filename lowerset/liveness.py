@@ -236,7 +236,7 @@ class _Simulation:
         bnd = np.zeros(n, dtype=bool)
         for Bi in s._cached_masks:
             bnd |= Bi
-        succ = [sorted(set(G.succs(v).tolist())) for v in range(n)]
+        self.succ = succ = [sorted(set(G.succs(v).tolist())) for v in range(n)]
         self.preds = [sorted(set(G.preds(v).tolist())) for v in range(n)]
         self.sink = [not succ[v] for v in range(n)]
         drop = [bool(seg[v] < k - 1 and not bnd[v] and succ[v]) for v in range(n)]
@@ -316,8 +316,7 @@ class _Simulation:
 
     def run(self):
         G, m = self.G, self.m
-        n = G.n
-        fwd_left = [len(set(G.succs(v).tolist())) for v in range(n)]
+        fwd_left = [len(s) for s in self.succ]
         for j in m.order:
             self._alloc_value(j)
             self._alloc_state(j)
@@ -416,6 +415,11 @@ class _Simulation:
                 self._free_value(v)
             if self.bw_done[v] or not self.m.backward[v]:
                 self._free_state(v)
+
+
+def _key(s):
+    """Hashable identity of a strategy's lower-set sequence (node ids per lower set)."""
+    return tuple(tuple(np.flatnonzero(mk)) for mk in s._masks)
 
 
 def _budget_ladder(lo, hi, n):
@@ -536,7 +540,7 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
             for mode in modes:
                 s = solve(G, budget, mode=mode, method=method, time_limit=remaining(),
                           **solve_kwargs)
-                key = tuple(tuple(np.flatnonzero(mk)) for mk in s._masks)
+                key = _key(s)
                 if key not in seen:
                     seen.add(key)
                     cands.append((s, simulate(s, model)))
@@ -553,7 +557,7 @@ def solve_liveness(G, method="exact", modes=("time", "memory"), *, n_budgets=12,
                                           time_limit=remaining(), model=model,
                                           return_candidates=True)
         for c in seed_cands:  # lower sets of the pruned family are lower sets of G
-            seen.add(tuple(tuple(np.flatnonzero(mk)) for mk in c[0]._masks))
+            seen.add(_key(c[0]))
             cands.append(c)
         step = (ladder[-1] / ladder[0]) ** (1.0 / max(len(ladder) - 1, 1)) if lo > 0 else 1.0
         b = seed.budget

@@ -13,19 +13,6 @@ from examples._measure import BoundaryRecorder, boundary_sampling  # noqa: E402
 from chainer_ext_nets import NETS, clone, make, step  # noqa: E402
 
 
-class _Sampled:
-    """Context manager: `hook` between two boundary samplers of `recorder`."""
-
-    def __init__(self, recorder, hook):
-        self._cm = boundary_sampling(recorder, [hook])
-
-    def __enter__(self):
-        return self._cm.__enter__()
-
-    def __exit__(self, *exc):
-        return self._cm.__exit__(*exc)
-
-
 def _strategies(g):
     return {"V": lowerset.CanonicalStrategy(g, [set(g.labels)]),
             "chen": lowerset.baselines.chen_sqrtn(g),
@@ -48,7 +35,7 @@ def test_simulation_matches_the_hook(name):
         rec = BoundaryRecorder("cpu", list(m.params()))
         tracemalloc.start()
         try:
-            step(m, x, t, lossfn, _Sampled(rec, hook))
+            step(m, x, t, lossfn, boundary_sampling(rec, [hook]))
         finally:
             tracemalloc.stop()
         # nothing but the losses is left after the backward pass
