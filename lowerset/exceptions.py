@@ -13,11 +13,23 @@ __all__ = [
     "InfeasibleBudgetError",
     "SearchLimitError",
     "FormatError",
+    "ArgumentError",
+    "ArgumentTypeError",
 ]
 
 
 class LowersetError(Exception):
     """Base class of every exception raised on purpose by :mod:`lowerset`."""
+
+
+class ArgumentError(LowersetError, ValueError):
+    """An argument has a bad value: an unknown method or mode, a negative or NaN budget or time
+    limit, a non-positive count. The message names the argument and the value given."""
+
+
+class ArgumentTypeError(LowersetError, TypeError):
+    """An argument has the wrong type (a string where a Graph or a number of bytes is expected).
+    The message names the argument, the expected type and the type given."""
 
 
 class GraphError(LowersetError, ValueError):
