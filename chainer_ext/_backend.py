@@ -10,7 +10,7 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _cupy_import_error = e
 
 __all__ = ["cupy", "cupy_available", "require_cupy", "is_cupy_array", "array_types",
-           "synchronize"]
+           "synchronize", "root_buffer", "device_of", "pool_peak_hook"]
 
 
 def cupy_available():
@@ -54,3 +54,39 @@ def synchronize(arrays=()):
         return
     if not arrays or any(is_cupy_array(a) for a in arrays):  # pragma: no cover - GPU
         cupy.cuda.get_current_stream().synchronize()
+
+
+def root_buffer(a):
+    """The object that owns the memory of array `a` (itself unless it is a view).
+
+    Two arrays share memory when their root buffers are the same object. For NumPy it is the
+    last ndarray of the ``base`` chain; for CuPy the memory allocation of ``a.data``.
+    """
+    if is_cupy_array(a):  # pragma: no cover - GPU
+        return a.data.mem
+    while isinstance(getattr(a, "base", None), np.ndarray):
+        a = a.base
+    return a
+
+
+def device_of(arrays):
+    """"gpu" if any of `arrays` lives on a GPU, else "cpu"."""
+    return "gpu" if any(is_cupy_array(a) for a in arrays) else "cpu"
+
+
+def pool_peak_hook():  # pragma: no cover - GPU
+    """A CuPy memory hook on the default pool that keeps the highest ``used_bytes`` seen after
+    any allocation in its ``peak`` attribute."""
+    require_cupy("pool_peak_hook")
+
+    class _PoolPeakHook(cupy.cuda.MemoryHook):
+        name = "chainer_ext_pool_peak"
+
+        def __init__(self):
+            self.pool = cupy.get_default_memory_pool()
+            self.peak = self.pool.used_bytes()
+
+        def malloc_postprocess(self, **kwargs):
+            self.peak = max(self.peak, self.pool.used_bytes())
+
+    return _PoolPeakHook()

@@ -1,11 +1,12 @@
-"""Execute a canonical strategy (paper, Sec. 3) in a Chainer training step.
+"""Execute the schedule of a canonical strategy (paper, Sec. 3) in a Chainer training step.
 
-The hook lets Chainer build its usual graph. In the forward pass it drops the arrays of every
-value of V_i ∖ ∂(L_i) (i < k) once all functions that consume the value have run; in the backward
-pass, when a function needs a dropped value, it recomputes the dropped values of that segment
-that are still needed, from the cached boundary ∂(L_{i-1}), and puts them back where Chainer
-looks for them. With liveness analysis it also drops each value (and each function's saved state)
-right after its last use in the backward pass.
+The hook lets Chainer build its usual graph and run its usual backward pass. It walks the events
+of ``lowerset.schedule(strategy)`` in step with Chainer: each ``forward`` and ``backward`` event
+is a function application or backward call that Chainer makes (the hook checks that it is the
+expected one); between them, the hook performs the events that are its own (``drop``,
+``free_value``, ``free_state``, ``recompute``) and notes the ones that are Chainer's rules
+(``seed_grad``, ``free_grad``). Every decision — what to keep, drop, recompute and free, and
+when — is the schedule's; the hook only carries it out.
 """
 
 import contextlib
@@ -22,88 +23,93 @@ from .trace import array_attr_ids, forward_state, output_arrays
 
 __all__ = ["RecomputeHook", "LivenessHook"]
 
-_REQUIRED_ATTRS = ("function", "inputs", "outputs", "retained_inputs", "retained_outputs",
-                   "backward", "stochastic")
+_CHAINER_KINDS = ("forward", "backward")   # events that are Chainer's calls
+_NOTED_KINDS = ("seed_grad", "free_grad")  # Chainer's rules, noted when reached
 
 
 def _fmt_sig(name, shapes):
     return f"{name}({', '.join(f'{tuple(s)}:{d}' for s, d in shapes)})"
 
 
+def _nbytes(arrays):
+    return int(sum(a.nbytes for a in arrays if a is not None))
+
+
 class RecomputeHook(chainer.FunctionHook):
-    """Run a training step under a canonical strategy of recomputation (paper, Sec. 3).
+    """Run a training step under the schedule of a canonical strategy (paper, Sec. 3).
 
     This hook overrides ``forward_preprocess``, ``forward_postprocess``, ``backward_preprocess``
     and ``backward_postprocess``. Register it globally with ``with hook:`` around one forward
-    and its backward (registering it on a single function with ``FunctionNode.add_hook`` is not
-    supported). Function applications are matched to the strategy's graph by position in forward
-    order, so the graph must come from :func:`chainer_ext.trace` of the same model, batch size
-    and input shapes.
+    pass and its backward pass (registering it on a single function with
+    ``FunctionNode.add_hook`` is not supported). Function applications are matched to the
+    strategy's graph by position in forward order, so the graph must come from
+    :func:`chainer_ext.trace` of the same model, batch size and input shapes.
 
     Parameters
     ----------
     strategy : lowerset.CanonicalStrategy or None
-        A strategy planned on a graph from :func:`chainer_ext.trace`. ``None`` (with `graph`)
-        recomputes nothing: only liveness analysis (the ablation).
-    liveness : bool
-        Drop every value and every function's saved state right after its last use in the
-        backward pass (default). If False, values live as long as Chainer keeps them.
+        A strategy planned on a graph from :func:`chainer_ext.trace` (or that graph loaded from
+        JSON). ``None`` (with `graph`) recomputes nothing: only liveness analysis (the strategy
+        [V]).
+    record : bool
+        Keep the events executed in :attr:`events` (each with the bytes of the arrays it made or
+        freed, measured on the real arrays), to compare with ``lowerset.schedule(strategy)``.
     name : str, optional
         Hook name (unique among registered hooks); default ``"RecomputeHook"``.
-    graph : TracedGraph, optional
+    graph : lowerset.Graph, optional
         The traced graph, needed only when `strategy` is None.
 
     Attributes
     ----------
     strategy : lowerset.CanonicalStrategy
+    schedule : lowerset.Schedule
+        What the hook executes.
+    events : list of lowerset.Event
+        With ``record=True``: the events of the last step, as executed.
     last_iteration : dict
-        After each ``with`` block: ``"discarded"`` (labels dropped in forward),
-        ``"recomputed"`` (labels recomputed in backward, each at most once) and
-        ``"freed"`` (labels freed by liveness analysis), in the order it happened.
+        After each ``with`` block: ``"discarded"`` (labels dropped in forward), ``"recomputed"``
+        (labels recomputed in backward, each at most once) and ``"freed"`` (labels freed by
+        liveness analysis), in the order it happened.
 
     Raises
     ------
     TypeError
-        If `strategy` is not a CanonicalStrategy (or None).
+        If `strategy` is not a CanonicalStrategy (or None without `graph`).
     StrategyMismatchError
         If the strategy's graph was not recorded by :func:`chainer_ext.trace`; and, while
         running, before the hook drops anything for a function application, if that application
-        differs from the graph (function class, input or output shapes and dtypes, wiring, number
-        of functions).
+        differs from the graph (function class, input or output shapes and dtypes, wiring,
+        number of functions), or Chainer's backward pass runs its functions in another order
+        than the traced one.
     HookUsageError
         If another RecomputeHook is already registered (nesting), or the hook is added to a
         single function.
 
     Notes
     -----
-    - One ``with`` block holds one forward pass and its backward pass. Forward applications
-      after the backward pass has started (including those Chainer makes inside backward) are
-      not matched against the graph.
-    - Each value is recomputed at most once per iteration; a dropped value that no backward step
-      needs is not recomputed at all, so the realised overhead is at most the planned one.
-    - The last segment V_k is kept after the forward pass (the backward pass starts with it), and
-      values without successors (the loss, metrics) are never dropped.
+    - A dropped value that no backward step needs is not recomputed: the realised overhead is
+      at most the planned one (eq. 1).
     - Recomputation calls each function's ``forward`` under the configuration captured when it
-      first ran, with ``chainer.config.in_recomputing`` set; BatchNormalization does not update its
-      running statistics a second time, and stochastic functions (Dropout, Gaussian, ...) reuse
-      the mask or noise they drew, which is kept until their backward.
-    - Intermediate Variables the caller still holds lose their arrays when their values are
-      dropped; the outputs of the traced callable are never dropped.
+      first ran, with ``chainer.config.in_recomputing`` set; BatchNormalization does not update
+      its running statistics a second time, and stochastic functions (Dropout, Gaussian, ...)
+      reuse the mask or noise they drew, which is kept until their backward.
+    - Intermediate Variables the caller still holds lose their arrays when the schedule frees
+      them; the outputs of the traced callable are never freed.
     - If the forward pass ends inside the ``with`` block without a backward pass, the dropped
       values are recomputed at exit, so a backward pass outside the block still works (without
       savings).
-    - If an exception leaves the ``with`` block, the hook drops its per-iteration state and can
-      be used again; the model is untouched.
+    - If an exception leaves the ``with`` block, the hook drops its per-step state and can be
+      used again; the model is untouched.
 
     Examples
     --------
     >>> graph = trace(lambda: F.softmax_cross_entropy(model(x), t))   # doctest: +SKIP
-    >>> hook = RecomputeHook(lowerset.solve(graph, mode="memory"))     # doctest: +SKIP
+    >>> hook = RecomputeHook(lowerset.solve(graph, budget=2**30), record=True)  # doctest: +SKIP
     >>> with hook:                                                     # doctest: +SKIP
     ...     loss = F.softmax_cross_entropy(model(x), t)
     ...     loss.backward()
-    >>> hook.last_iteration["recomputed"]                              # doctest: +SKIP
-    [3, 4, 7]
+    >>> hook.events == list(hook.schedule.events)                      # doctest: +SKIP
+    True
 
     References
     ----------
@@ -112,7 +118,7 @@ class RecomputeHook(chainer.FunctionHook):
 
     name = "RecomputeHook"
 
-    def __init__(self, strategy=None, *, liveness=True, name=None, graph=None):
+    def __init__(self, strategy=None, *, record=False, name=None, graph=None):
         if strategy is None:
             if graph is None:
                 raise TypeError("RecomputeHook(None) needs graph= (liveness analysis only)")
@@ -123,24 +129,30 @@ class RecomputeHook(chainer.FunctionHook):
         if name is not None:
             self.name = name
         self.strategy = strategy
-        self.liveness = bool(liveness)
-        self._prepare(strategy)
+        self.record = bool(record)
+        self._prepare(strategy.graph)
+        self.schedule = lowerset.schedule(strategy)
+        g = strategy.graph
+        self._plan = [(e.kind, g.index[e.node], e.outputs) for e in self.schedule.events]
+        self._may_recompute = {v for kind, v, _ in self._plan if kind == "recompute"}
+        self.events = []
         self.last_iteration = {"discarded": [], "recomputed": [], "freed": []}
         self._reset()
 
-    # -- static analysis ------------------------------------------------------------------------
+    # -- static checks ----------------------------------------------------------------------------
 
-    def _prepare(self, s):
-        g = s.graph
+    def _prepare(self, g):
         n = g.n
-        if (sorted(g.labels) != list(range(n))
-                or any(k not in g.attrs[v] for v in g.labels for k in _REQUIRED_ATTRS)):
+        if (not g.has_facts or list(g.labels) != list(range(n))
+                or any(k not in g.attrs[v] for v in g.labels
+                       for k in ("function", "inputs", "outputs"))):
             raise StrategyMismatchError(
                 "the strategy's graph was not recorded by chainer_ext.trace (its nodes need the "
-                "labels 0..n-1 and the attrs 'function', 'inputs', 'outputs', ...); plan on "
-                "trace(...) or load the strategy with CanonicalStrategy.from_dict(d, graph=traced)")
+                "labels 0..n-1, execution facts and the attrs 'function', 'inputs', 'outputs'); "
+                "plan on trace(...) or load the strategy with load_strategy(path, graph=traced)")
         A = [g.attrs[j] for j in range(n)]
         self._n = n
+        self._facts = g.facts.nodes
         self._names = [a["function"] for a in A]
         self._args = [[tuple(x) for x in a["inputs"]] for a in A]
         self._in_sig = []
@@ -154,81 +166,31 @@ class RecomputeHook(chainer.FunctionHook):
                 sig.append((tuple(shp), np.dtype(dt)))
             self._in_sig.append(tuple(sig))
         self._out_sig = [tuple((tuple(s_), np.dtype(d)) for s_, d in a["outputs"]) for a in A]
-        self._ret_in = [tuple(a["retained_inputs"]) for a in A]
-        self._ret_out = [tuple(a["retained_outputs"]) for a in A]
-        self._bw = [bool(a["backward"]) for a in A]
-        self._stoch = [bool(a["stochastic"]) for a in A]
-        seg = [0] * n
-        boundary = [False] * n
-        for i, (Vi, Bi) in enumerate(zip(s.segments, s.cached)):
-            for v in Vi:
-                seg[v] = i
-            for v in Bi:
-                boundary[v] = True
-        k = len(s.segments)
-        consumers = [[] for _ in range(n)]
-        for w in range(n):
-            for p, x in enumerate(self._args[w]):
-                if x[0] == "node":
-                    consumers[x[1]].append((w, p))
-        self._preds = [sorted({x[1] for x in self._args[w] if x[0] == "node"}) for w in range(n)]
-        self._n_consumers = [len({w for w, _ in consumers[v]}) for v in range(n)]
-        self._drop = [seg[v] < k - 1 and not boundary[v] and bool(consumers[v])
-                      for v in range(n)]
-        uses = []
-        backward_uses = []
-        for v in range(n):
-            u, bu = set(), set()
-            if self._bw[v] and self._ret_out[v]:
-                bu.add(v)
-            for w, p in consumers[v]:
-                if self._bw[w] and p in self._ret_in[w]:
-                    bu.add(w)
-                if self._drop[w]:
-                    u.add(w)
-            uses.append(u | bu)
-            backward_uses.append(bu)
-        self._uses0 = [len(u) for u in uses]
-        self._used_by = [[] for _ in range(n)]
-        # values that function w uses only to be recomputed (not in its backward): their use
-        # ends once w has been recomputed, which happens at most once per iteration
-        self._recompute_only = [[] for _ in range(n)]
-        for v in range(n):
-            for w in uses[v]:
-                self._used_by[w].append(v)
-                if w not in backward_uses[v]:
-                    self._recompute_only[w].append(v)
-        # boundary values that some dropped function reads: the hook keeps them (the cache)
-        self._cache = [not self._drop[v] and any(self._drop[w] for w, _ in consumers[v])
-                       for v in range(n)]
-        self._sink = [not consumers[v] for v in range(n)]
+        self._ret_out = [tuple(f.reads_outputs) for f in self._facts]
+        self._returned = set(g.facts.returned)
         self._types = _backend.array_types()
 
-    # -- per-iteration state --------------------------------------------------------------------
+    # -- per-step state ---------------------------------------------------------------------------
 
     def _reset(self):
         self._phase = "idle"    # idle -> forward -> backward
         self._depth = 0         # nesting of forward applications
         self._bdepth = 0        # nesting of backward steps
-        self._pos = 0
+        self._pos = 0           # next function application in forward order
+        self._cursor = 0        # next event of the schedule
         self._pending = None
         self._funcs = [None] * self._n
         self._func_pos = {}
-        self._vals = {}
+        self._held = {}         # (node, k) -> array: the values the schedule holds now
         self._ext = {}
         self._cfg = {}
-        self._before = None
-        self._in_ids = None
+        self._before = self._in_ids = None
         self._state = [()] * self._n
-        self._state_freed = [False] * self._n
-        self._fwd_left = list(self._n_consumers)
-        self._count = list(self._uses0)
-        self._discarded = [False] * self._n
         self._had = {}
-        self._bw_done = [False] * self._n
-        self._recomputed = [False] * self._n
+        self._gy = None
         self._current = None
         self._log = {"discarded": [], "recomputed": [], "freed": []}
+        self._rec = []
 
     def __enter__(self):
         for h in chainer.get_function_hooks().values():
@@ -244,11 +206,11 @@ class RecomputeHook(chainer.FunctionHook):
         try:
             if exc_type is None and self._phase == "forward" and self._pos:
                 self._complete_pending()
-                todo = [v for v in range(self._n) if self._discarded[v]]
-                if todo:
-                    self._recompute(todo)
+                self._restore_dropped()
         finally:
             self.last_iteration = self._log
+            if self.record:
+                self.events = self._rec
             self._reset()
             super().__exit__(exc_type, exc, tb)
 
@@ -257,7 +219,51 @@ class RecomputeHook(chainer.FunctionHook):
             raise HookUsageError("register RecomputeHook globally with `with hook:`; adding it "
                                  "to a single function is not supported")
 
-    # -- forward --------------------------------------------------------------------------------
+    # -- the schedule -----------------------------------------------------------------------------
+
+    def _expect(self, kind, j):
+        """The next event must be Chainer's `kind` of node `j`; step past it."""
+        if self._cursor < len(self._plan):
+            k, v, _ = self._plan[self._cursor]
+            if (k, v) == (kind, j):
+                self._cursor += 1
+                return
+            what = f"{k} of function {v} ({self._names[v]})"
+        else:
+            what = "the end of the step"
+        raise StrategyMismatchError(
+            f"Chainer ran the {kind} of function {j} ({self._names[j]}) where the schedule "
+            f"expects {what}: the step differs from the traced one; re-trace and re-plan",
+            position=j)
+
+    def _run_own_events(self, recompute=True):
+        """Carry out the events up to Chainer's next call (with `recompute` False, up to the
+        next recomputation: Chainer holds the arrays of the backward call that just ended until
+        it starts the next one, so recomputation waits for that)."""
+        plan = self._plan
+        while self._cursor < len(plan) and plan[self._cursor][0] not in _CHAINER_KINDS:
+            kind, v, ks = plan[self._cursor]
+            if kind == "recompute" and not recompute:
+                return
+            self._cursor += 1
+            if kind in ("drop", "free_value"):
+                self._free_value(v, ks, kind)
+            elif kind == "free_state":
+                self._note("free_state", v, self._free_state(v))
+            elif kind == "recompute":
+                self._recompute(v)
+            elif kind == "seed_grad":
+                arr = self._held.get((v, ks[0]))
+                self._note("seed_grad", v, _nbytes([arr]), ks)
+            elif kind == "free_grad":
+                self._note("free_grad", v, _nbytes(self._gy))
+                self._gy = None
+
+    def _note(self, kind, v, nbytes, outputs=()):
+        if self.record:
+            self._rec.append(lowerset.Event(kind, v, int(nbytes), tuple(outputs)))
+
+    # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
         if self._phase != "forward":
@@ -283,16 +289,16 @@ class RecomputeHook(chainer.FunctionHook):
                 f"graph has {_fmt_sig(self._names[j], exp)}: the strategy was planned for "
                 "another model, batch size or input shape, or the forward pass changed; "
                 "re-trace and re-plan", position=j)
-        # the previous function is complete now: check it, then drop what it made droppable
+        # the previous function is complete now: check it, then run the schedule up to here
         self._complete_pending()
         self._depth = 1
         self._funcs[j] = function
         self._func_pos[id(function)] = j
         self._before = array_attr_ids(function, self._types)
         self._in_ids = {id(a) for a in in_data}
-        if self._drop[j]:
-            args = self._args[j]
-            self._ext[j] = {p: a for p, a in enumerate(in_data) if args[p][0] != "node"}
+        if j in self._may_recompute:
+            self._ext[j] = {p: a for p, a in enumerate(in_data)
+                            if self._args[j][p][0] != "node"}
             self._cfg[j] = _ci.capture_config()
         self._pos = j + 1
         self._pending = j
@@ -314,11 +320,28 @@ class RecomputeHook(chainer.FunctionHook):
                                         position=j)
         outs = output_arrays(f)
         nodes = [ref() for ref in f.outputs]
-        sig = tuple((nd.shape, np.dtype(nd.dtype)) if nd is not None else None for nd in nodes)
-        if sig != self._out_sig[j]:
+        sig = tuple((nd.shape, np.dtype(nd.dtype)) if nd is not None else exp
+                    for nd, exp in zip(nodes, self._out_sig[j]))
+        if len(nodes) != len(self._out_sig[j]) or sig != self._out_sig[j]:
             raise StrategyMismatchError(
                 f"function {j} ({name}) returned {sig}, but the strategy's graph has "
                 f"{self._out_sig[j]}; re-trace and re-plan", position=j)
+        self._check_wiring(j, f)
+        self._state[j] = tuple(forward_state(
+            f, self._before, self._in_ids | {id(a) for a in outs if a is not None}, self._types))
+        self._before = self._in_ids = None
+        for k, a in enumerate(outs):
+            if a is not None:
+                self._held[j, k] = a
+        made = sum(a.nbytes if a is not None else b  # an unused output the caller dropped
+                   for a, b in zip(outs, self._facts[j].outputs))
+        made += _nbytes(getattr(f, a) for a in self._state[j])
+        del outs, nodes
+        self._expect("forward", j)
+        self._note("forward", j, made, range(len(self._out_sig[j])))
+        self._run_own_events(recompute=False)
+
+    def _check_wiring(self, j, f):
         for p, x in enumerate(self._args[j]):
             creator = f.inputs[p].creator_node
             cpos = self._func_pos.get(id(creator)) if creator is not None else None
@@ -328,70 +351,36 @@ class RecomputeHook(chainer.FunctionHook):
                 ok = cpos is None
             if not ok:
                 raise StrategyMismatchError(
-                    f"input {p} of function {j} ({name}) is wired differently from the "
-                    f"strategy's graph (expected {list(x)}); re-trace and re-plan", position=j)
-        self._state[j] = tuple(forward_state(
-            f, self._before, self._in_ids | {id(a) for a in outs if a is not None}, self._types))
-        self._before = self._in_ids = None
-        if self._cache[j]:
-            self._vals[j] = tuple(outs)
-        del outs
-        for i in self._preds[j]:
-            self._fwd_left[i] -= 1
-            if self._fwd_left[i] == 0 and self._drop[i]:
-                self._discard(i)
+                    f"input {p} of function {j} ({self._names[j]}) is wired differently from "
+                    f"the strategy's graph (expected {list(x)}); re-trace and re-plan",
+                    position=j)
 
-    def _discard(self, v):
-        f = self._funcs[v]
-        had = []
-        for ref in f.outputs:
-            node = ref()
-            if node is None:
-                had.append(False)
-                continue
-            had.append(_ci.node_data(node) is not None)
-            _ci.set_node_data(node, None)
-            var = node.get_variable_or_none()
-            if var is not None:
-                _ci.set_var_array(var, None)
-        self._had[v] = had
-        if self._ret_out[v]:
-            _ci.set_retained_output_data(f, None)
-        if not self._stoch[v]:
-            for a in self._state[v]:
-                setattr(f, a, None)
-        self._discarded[v] = True
-        self._log["discarded"].append(v)
-
-    # -- backward -------------------------------------------------------------------------------
+    # -- backward ---------------------------------------------------------------------------------
 
     def backward_preprocess(self, function, in_data, out_grad):
         if self._phase == "idle":
             return
         if self._phase == "forward":
-            self._complete_pending()
             if self._pos != self._n:
                 raise StrategyMismatchError(
                     f"backward started after {self._pos} of the {self._n} functions of the "
                     "strategy's graph: the forward pass changed; re-trace and re-plan",
                     position=self._pos)
+            self._complete_pending()
             self._phase = "backward"
         self._bdepth += 1
         if self._bdepth != 1:
             return
         j = self._func_pos.get(id(function))
-        self._current = j
         if j is None:
-            return
-        need = []
-        if self._discarded[j] and (self._ret_out[j] or self._state[j]):
-            need.append(j)
-        for p in self._ret_in[j]:
-            x = self._args[j][p]
-            if x[0] == "node" and self._discarded[x[1]]:
-                need.append(x[1])
-        if need:
-            self._recompute(need)
+            raise StrategyMismatchError(
+                f"Chainer ran the backward of a function ({type(function).__name__}) that the "
+                "traced forward pass did not apply; re-trace and re-plan")
+        self._current = j
+        self._run_own_events()
+        self._expect("backward", j)
+        self._gy = [g for g in out_grad if g is not None]
+        self._note("backward", j, _nbytes(self._gy))
 
     def backward_postprocess(self, function, in_data, out_grad):
         if self._phase != "backward":
@@ -399,107 +388,61 @@ class RecomputeHook(chainer.FunctionHook):
         self._bdepth -= 1
         if self._bdepth:
             return
-        j = self._current
         self._current = None
-        if j is None:
-            return
-        self._bw_done[j] = True
-        if self.liveness:
-            self._drop_state(j)
-        for v in self._used_by[j]:
-            if self._recomputed[j] and v in self._recompute_only[j]:
-                continue  # released when j was recomputed
-            self._count[v] -= 1
-            if self._count[v] == 0:
-                self._free(v)
+        self._run_own_events(recompute=False)
 
-    def _drop_state(self, j):
-        f = self._funcs[j]
-        for a in self._state[j]:
-            setattr(f, a, None)
-        if self._state[j]:
-            self._state_freed[j] = True
+    # -- the hook's own events --------------------------------------------------------------------
 
-    def _free(self, v):
-        self._vals.pop(v, None)
-        if not self.liveness or self._sink[v]:
-            return
+    def _free_value(self, v, ks, kind):
         f = self._funcs[v]
-        for ref in f.outputs:
-            node = ref()
-            if node is None:
-                continue
-            _ci.set_node_data(node, None)
-            var = node.get_variable_or_none()
-            if var is not None:
-                _ci.set_var_array(var, None)
-        if self._ret_out[v]:
-            _ci.set_retained_output_data(f, None)
-        self._log["freed"].append(v)
+        freed = []
+        retained = _ci.retained_output_data(f)
+        if retained is not None:
+            retained = list(retained)
+        for k in ks:
+            freed.append(self._held.pop((v, k), None))
+            node = f.outputs[k]()
+            if node is not None:
+                # a consumer retained it for its backward: a recomputation must put it back
+                self._had[v, k] = _ci.node_data(node) is not None
+                _ci.set_node_data(node, None)
+                var = node.get_variable_or_none()
+                if var is not None:
+                    _ci.set_var_array(var, None)
+            if retained is not None and k in self._ret_out[v]:
+                retained[self._ret_out[v].index(k)] = None
+        if retained is not None:
+            _ci.set_retained_output_data(f, tuple(retained))
+        self._note(kind, v, _nbytes(freed), ks)
+        self._log["discarded" if kind == "drop" else "freed"].append(v)
 
-    # -- recomputation --------------------------------------------------------------------------
+    def _free_state(self, v):
+        f = self._funcs[v]
+        nbytes = _nbytes(getattr(f, a, None) for a in self._state[v])
+        for a in self._state[v]:
+            setattr(f, a, None)
+        return nbytes
 
-    def _value(self, i):
-        vals = self._vals.get(i)
-        if vals is None:
-            vals = tuple(output_arrays(self._funcs[i]))
-        return vals
-
-    def _recompute(self, need):
-        R = set()
-        stack = list(need)
-        while stack:
-            v = stack.pop()
-            if v in R:
-                continue
-            R.add(v)
-            for x in self._args[v]:
-                if x[0] == "node" and self._discarded[x[1]] and x[1] not in R:
-                    stack.append(x[1])
-        temp = {}
-        for v in sorted(R):
-            f = self._funcs[v]
-            if self._stoch[v] and self._state_freed[v]:  # pragma: no cover - invariant
-                raise RuntimeError(f"internal error: stochastic function {v} "
-                                   f"({self._names[v]}) must be recomputed after its backward")
-            xs, arrs = [], None
-            for p, x in enumerate(self._args[v]):
-                if x[0] == "node":
-                    arrs = temp.get(x[1])
-                    if arrs is None:
-                        arrs = self._value(x[1])
-                    a = arrs[x[2]]
-                else:
-                    a = self._ext[v][p]
-                if a is None:  # pragma: no cover - invariant
-                    raise RuntimeError(f"internal error: input {p} of function {v} "
-                                       f"({self._names[v]}) is not available for recomputation")
-                xs.append(a)
-            temp[v] = self._run_forward(v, f, tuple(xs))
-            xs = a = arrs = None  # drop references to the inputs
-            self._log["recomputed"].append(v)
-            # liveness inside the recomputation: v will not be recomputed again, so the values
-            # it read only for that are released, and freed if nothing else needs them
-            self._recomputed[v] = True
-            for u in self._recompute_only[v]:
-                self._count[u] -= 1
-                if self._count[u] == 0:  # its value has no use left (its state is separate)
-                    if u in temp:
-                        temp[u] = None
-                    else:
-                        self._free(u)
-        for v in sorted(R):
-            ys = temp[v]
-            if self._keep_recomputed(v, need):
-                self._restore(v, ys)
-            if self._bw_done[v] or not self._bw[v]:
-                self._drop_state(v)
-
-    def _keep_recomputed(self, v, need):
-        """Whether a recomputed value must be restored: something still uses it, it was asked
-        for, or its own backward is pending and needs the state its forward makes."""
-        return (self._count[v] > 0 or v in need
-                or bool(self._state[v]) and self._bw[v] and not self._bw_done[v])
+    def _recompute(self, v):
+        f = self._funcs[v]
+        xs = []
+        for p, x in enumerate(self._args[v]):
+            a = self._held.get((x[1], x[2])) if x[0] == "node" else self._ext[v][p]
+            if a is None:  # pragma: no cover - the schedule recomputes inputs first
+                raise RuntimeError(f"internal error: input {p} of function {v} "
+                                   f"({self._names[v]}) is not available for recomputation")
+            xs.append(a)
+        before = array_attr_ids(f, self._types)
+        ys = self._run_forward(v, f, tuple(xs))
+        state = forward_state(f, before, {id(a) for a in xs} | {id(y) for y in ys},
+                              self._types)
+        del xs
+        for k, y in enumerate(ys):
+            self._held[v, k] = y
+        self._restore(v, ys)
+        self._note("recompute", v, _nbytes(ys) + _nbytes(getattr(f, a) for a in state),
+                   range(len(ys)))
+        self._log["recomputed"].append(v)
 
     def _run_forward(self, v, f, xs):
         saved = [(a, getattr(f, a)) for a in _ci.side_effect_attrs(f)]
@@ -519,33 +462,45 @@ class RecomputeHook(chainer.FunctionHook):
         return ys
 
     def _restore(self, v, ys):
-        self._discarded[v] = False
-        if self._count[v] == 0:
-            # kept only for the state its forward made (its own backward is pending): nothing
-            # reads the outputs any more, so putting them back would only hold their memory
-            return
+        """Put recomputed outputs back where Chainer's backward looks for them."""
         f = self._funcs[v]
-        had = self._had[v]
         for k, ref in enumerate(f.outputs):
             node = ref()
             if node is None:
                 continue
-            if had[k]:
+            if self._had.get((v, k)):
                 _ci.set_node_data(node, ys[k])
             var = node.get_variable_or_none()
             if var is not None:
                 _ci.set_var_array(var, ys[k])
         if self._ret_out[v]:
             _ci.set_retained_output_data(f, tuple(ys[k] for k in self._ret_out[v]))
-        if self._cache_for_recompute(v):
-            self._vals[v] = tuple(ys)
 
-    def _cache_for_recompute(self, v):
-        # keep our own reference if a dropped consumer may still need this value to recompute
-        return self._count[v] > 0
+    def _restore_dropped(self):
+        """Forward ended without a backward pass: recompute what the backward pass would have
+        recomputed, so a backward pass outside the ``with`` block finds every value."""
+        for v in sorted(self._may_recompute):
+            if all((v, k) in self._held for k in range(len(self._out_sig[v]))):
+                continue
+            todo = [v]
+            while todo:
+                u = todo[-1]
+                missing = [x[1] for x in self._args[u]
+                           if x[0] == "node" and (x[1], x[2]) not in self._held]
+                if missing:
+                    todo.extend(missing)
+                    continue
+                todo.pop()
+                if not all((u, k) in self._held for k in range(len(self._out_sig[u]))):
+                    xs = tuple(self._held[x[1], x[2]] if x[0] == "node" else self._ext[u][p]
+                               for p, x in enumerate(self._args[u]))
+                    ys = self._run_forward(u, self._funcs[u], xs)
+                    for k, y in enumerate(ys):
+                        self._held[u, k] = y
+                    self._restore(u, ys)
 
 
-def LivenessHook(graph, *, name=None):
+def LivenessHook(graph, *, name=None, record=False):
     """Return a hook that only does liveness analysis (no recomputation): the ablation.
 
     Parameters
@@ -554,15 +509,17 @@ def LivenessHook(graph, *, name=None):
         From :func:`chainer_ext.trace`.
     name : str, optional
         Hook name.
+    record : bool
+        As for :class:`RecomputeHook`.
 
     Returns
     -------
     RecomputeHook
-        ``RecomputeHook(None, graph=graph, liveness=True)``: the one-segment strategy [V].
+        ``RecomputeHook(None, graph=graph)``: the one-segment strategy [V].
 
     Raises
     ------
     StrategyMismatchError
         If `graph` was not recorded by :func:`chainer_ext.trace`.
     """
-    return RecomputeHook(None, graph=graph, liveness=True, name=name)
+    return RecomputeHook(None, graph=graph, name=name, record=record)

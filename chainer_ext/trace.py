@@ -1,13 +1,21 @@
-"""Record one forward pass of a Chainer model as the forward graph G = (V, E) of the paper.
+"""Record one training step of a Chainer model as the forward graph G = (V, E) of the paper,
+with the execution facts (:class:`lowerset.ExecutionFacts`) its schedule needs.
 
 One node per function application (in forward order), holding all of that application's output
 arrays: outputs of one ``FunctionNode`` are created together, so they cannot be split across
 segments of a canonical strategy (the planner's cg reader does the same). Model inputs and
-parameters are not nodes; their bytes are reported on the returned :class:`TracedGraph`.
+parameters are not nodes; they are the facts' external arrays.
+
+:func:`trace` runs the forward pass and one backward pass, and records what Chainer does: the
+order of both passes, which inputs and outputs each backward reads (the arrays the function
+retains), the state each forward makes for its backward, which outputs and gradients are views
+of other arrays, where the plain run frees each array, and the bytes each forward and backward
+call holds at its highest point (its workspace, measured on the device it runs on).
 """
 
 import statistics
 import time
+import weakref
 
 import chainer
 import numpy as np
@@ -16,6 +24,7 @@ import lowerset
 
 from . import _backend
 from . import _chainer_internals as _ci
+from ._probe import MemoryProbe
 from .exceptions import TraceError
 
 __all__ = ["trace", "TracedGraph", "preset_cost", "COST_MODELS"]
@@ -29,22 +38,21 @@ preset_cost = lowerset.paper_cost
 
 
 class TracedGraph(lowerset.Graph):
-    """A :class:`lowerset.Graph` recorded from Chainer, with the bytes kept outside V.
+    """A :class:`lowerset.Graph` recorded from Chainer, with its execution facts.
 
-    Node labels are ints: the position of the function application in forward order. Each
-    node's ``attrs`` hold ``function`` (class name), ``inputs`` (one entry per argument:
-    ``["node", label, output_index]``, ``["param", shape, dtype]`` or ``["input", shape, dtype]``),
-    ``outputs`` (``[shape, dtype]`` per output), ``output_bytes``, ``state_bytes`` (arrays the
-    function keeps for backward besides its inputs and outputs, e.g. max-pooling indexes),
-    ``retained_inputs`` and ``retained_outputs`` (positions kept for backward), ``backward``
-    (whether the backward pass reaches it) and ``stochastic``.
+    Node labels are ints: the position of the function application in forward order (also the
+    node ids). ``graph.facts`` holds the execution facts. Each node's ``attrs`` identify the
+    application for :class:`chainer_ext.RecomputeHook`'s checks: ``function`` (class name),
+    ``inputs`` (one entry per argument: ``["node", label, output_index]``,
+    ``["param", shape, dtype]`` or ``["input", shape, dtype]``) and ``outputs``
+    (``[shape, dtype]`` per output).
 
     Attributes
     ----------
     param_bytes : int
-        Bytes of the distinct parameters used by the forward pass (not in V).
+        Bytes of the distinct parameters used by the forward pass (external arrays).
     input_bytes : int
-        Bytes of the distinct non-parameter inputs (model inputs, labels; not in V).
+        Bytes of the distinct non-parameter inputs (model inputs, labels).
     outputs : tuple of int
         Labels of the nodes producing the traced callable's return values.
     cost_model : str
@@ -53,14 +61,20 @@ class TracedGraph(lowerset.Graph):
         Seconds per cost unit for ``cost_model="profile"``.
     """
 
-    def __init__(self, nodes, edges, cost, memory, attrs, *, param_bytes, input_bytes,
-                 outputs, cost_model, time_unit):
-        super().__init__(nodes, edges, cost, memory, attrs=attrs)
-        self.param_bytes = int(param_bytes)
-        self.input_bytes = int(input_bytes)
+    def __init__(self, nodes, edges, cost, memory, attrs, *, facts, outputs, cost_model,
+                 time_unit):
+        super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
         self.outputs = tuple(outputs)
         self.cost_model = cost_model
         self.time_unit = time_unit
+
+    @property
+    def param_bytes(self):
+        return sum(b for kind, b in self.facts.externals if kind == "param")
+
+    @property
+    def input_bytes(self):
+        return sum(b for kind, b in self.facts.externals if kind == "input")
 
 
 def _nbytes(shape, dtype):
@@ -113,47 +127,79 @@ def output_arrays(func):
 
 
 class _Record:
-    __slots__ = ("func", "before", "in_ids", "saved", "times", "state", "skip")
+    """What the trace hook learns about one function application."""
+
+    __slots__ = ("func", "before", "in_roots", "saved", "times", "state", "skip", "level",
+                 "forward_peak", "out_specs", "out_views", "out_refs", "freed_after",
+                 "backward_peak", "got_grad", "_wrapped")
 
 
 class _TraceHook(chainer.FunctionHook):
-    """Records every function application at nesting depth 0 (see :func:`trace`)."""
+    """Records every function application at nesting depth 0, and the backward pass."""
 
     name = "chainer_ext_trace"
 
-    def __init__(self, profile, repeats):
-        self.profile = profile
-        self.repeats = repeats
-        self.records = []
-        self._depth = 0
-        self._t0 = 0.0
+    def __init__(self, profile, repeats, measure):
+        self.profile, self.repeats, self.measure = profile, repeats, measure
+        self.records, self.pos = [], {}
+        self.backward_order, self.grad_views = [], []
+        self.probe = None
+        self._depth = self._bdepth = 0
+        self._started = 0          # recorded applications started so far
+        self._backward = False
+        self._gy_roots = {}        # id(root) -> (weakref, consumer position, output index)
         self._types = _backend.array_types()
+
+    # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
         self._depth += 1
-        if self._depth != 1:
+        if self._depth != 1 or self._backward:
             return
-        self._complete_last()
         r = _Record()
-        r.func = function
-        r.skip = not chainer.config.enable_backprop
+        r.func, r.skip = function, not chainer.config.enable_backprop
+        self.records.append(r)
+        if r.skip:
+            return
+        self._started += 1
         r.before = array_attr_ids(function, self._types)
-        r.in_ids = {id(a) for a in in_data}
+        r.in_roots = [weakref.ref(_backend.root_buffer(a)) for a in in_data]
         # copies of arrays the function holds before forward (BN running statistics), restored
         # after tracing so that tracing leaves persistent values unchanged
         r.saved = [(v, v.copy()) for v in vars(function).values() if isinstance(v, self._types)]
-        r.times = []
-        r.state = []
-        self.records.append(r)
+        r.times, r.state, r.got_grad = [], [], None
+        r.backward_peak = 0
+        r._wrapped = _capture_outputs(function)
+        if self.measure:
+            if self.probe is None:
+                self.probe = MemoryProbe(_backend.device_of(in_data)).__enter__()
+            r.level = self.probe.mark()
         if self.profile:
             _backend.synchronize(in_data)
             self._t0 = time.perf_counter()
 
     def forward_postprocess(self, function, in_data):
         self._depth -= 1
-        if self._depth != 0:
+        if self._depth != 0 or self._backward:
             return
         r = self.records[-1]
+        if r.skip:
+            return
+        outs = r._wrapped.pop()
+        del function.forward  # the class's forward again
+        r.forward_peak = max(0, self.probe.peak() - r.level) if self.measure else 0
+        r.out_specs = [(tuple(y.shape), np.dtype(y.dtype)) for y in outs]
+        roots = [_backend.root_buffer(y) for y in outs]
+        r.out_views = [next((p for p, ref in enumerate(r.in_roots) if ref() is root), -1)
+                       for root in roots]
+        exclude = {id(a) for a in in_data} | {id(y) for y in outs}
+        r.state = [(k, int(getattr(function, k).nbytes))
+                   for k in forward_state(function, r.before, exclude, self._types)]
+        j = len(self.pos)
+        self.pos[id(function)] = j
+        r.freed_after = [-1] * len(outs)
+        r.out_refs = [weakref.ref(y, self._on_free(r, k)) for k, y in enumerate(outs)]
+        del outs, roots
         if self.profile:
             _backend.synchronize(in_data)
             r.times.append(time.perf_counter() - self._t0)
@@ -164,29 +210,84 @@ class _TraceHook(chainer.FunctionHook):
                     _backend.synchronize(in_data)
                     r.times.append(time.perf_counter() - t0)
 
-    def _complete_last(self):
-        if not self.records:
+    def _on_free(self, r, k):
+        def freed(_ref):
+            if not self._backward:
+                r.freed_after[k] = self._started - 1
+        return freed
+
+    # -- backward ---------------------------------------------------------------------------------
+
+    def start_backward(self):
+        self._backward = True
+
+    def backward_preprocess(self, function, in_data, out_grad):
+        self._bdepth += 1
+        if self._bdepth != 1:
             return
-        r = self.records[-1]
-        if r.skip or r.func.outputs is None:
-            r.skip = True
+        j = self.pos.get(id(function))
+        if j is None:
             return
-        outs = {id(a) for a in output_arrays(r.func) if a is not None}
-        r.state = [(k, int(getattr(r.func, k).nbytes))
-                   for k in forward_state(r.func, r.before, r.in_ids | outs, self._types)]
+        self.backward_order.append(j)
+        r = self.records_by_pos[j]
+        r.got_grad = [g is not None for g in out_grad]
+        for k, g in enumerate(out_grad):
+            if g is None:
+                continue
+            root = _backend.root_buffer(g)
+            seen = self._gy_roots.get(id(root))
+            if seen is not None and seen[0]() is root:
+                # the gradient of output k of j is (a view of) a consumer's output gradient
+                self.grad_views.append((seen[1], seen[2], j, k))
+            self._gy_roots[id(root)] = (weakref.ref(root), j, k)
+        if self.measure:
+            r.level = self.probe.mark()
 
-    def finish(self):
-        self._complete_last()
+    def backward_postprocess(self, function, in_data, out_grad):
+        self._bdepth -= 1
+        if self._bdepth:
+            return
+        j = self.pos.get(id(function))
+        if j is not None and self.measure:
+            r = self.records_by_pos[j]
+            r.backward_peak = max(0, self.probe.peak() - r.level)
+
+    def close(self):
+        if self.probe is not None:
+            self.probe.__exit__(None, None, None)
+            self.probe = None
 
 
-def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=True):
-    """Run `fn` once and record its forward pass as a :class:`TracedGraph`.
+def _capture_outputs(function):
+    """Wrap `function.forward` (an instance attribute, removed in forward_postprocess) so that
+    its output arrays are seen before Chainer wraps them in Variables the caller may drop."""
+    box = []
+    forward = function.forward
+
+    def capturing_forward(inputs):
+        out = forward(inputs)
+        box.append(out)
+        return out
+
+    function.forward = capturing_forward
+    return box
+
+
+def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=True,
+          measure_memory=True):
+    """Run one training step of `fn` and record it as a :class:`TracedGraph`.
+
+    The forward pass runs once under a recording hook; then the backward pass runs once from
+    the returned Variables (seeded with ones, as ``loss.backward()`` does for a scalar), so that
+    Chainer's backward order and gradients are recorded too. Parameters' gradients, persistent
+    values updated in forward (BatchNormalization running statistics) and NumPy's global random
+    state are restored afterwards; CuPy's random state is not.
 
     Parameters
     ----------
     fn : callable
         Takes no argument and runs one forward pass, returning the loss Variable (or a tuple or
-        list of Variables). Backward is not run.
+        list of Variables the backward pass starts from).
     cost_model : {"preset", "profile"}
         "preset": T_v = 10 for convolutions, 1 otherwise (the paper's rule). "profile": the
         median forward time of each function over `repeats` runs on the current device, in
@@ -197,15 +298,17 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
         Seconds per cost unit for "profile".
     count_state : bool
         If True (default), M_v also counts the arrays a function keeps for its backward besides
-        its inputs and outputs (``state_bytes``: max-pooling argmax indexes, BatchNormalization
-        mean and inverse std, the softmax of softmax_cross_entropy, Dropout's mask). The hook
-        drops and recomputes them together with the node's outputs, so counting them lets plans
-        and measured memory be compared. If False, M_v is the bytes of the output arrays only.
+        its inputs and outputs (max-pooling indexes, BatchNormalization statistics, the softmax
+        of softmax_cross_entropy, Dropout's mask). If False, M_v is the bytes of the outputs.
+    measure_memory : bool
+        Measure each forward and backward call's peak (``NodeFacts.forward_peak`` and
+        ``backward_peak``) with tracemalloc on CPU or CuPy's pool on GPU. On CPU this slows the
+        trace down a few times and needs tracemalloc not to be tracing already.
 
     Returns
     -------
     TracedGraph
-        M_v in bytes (see `count_state`); T_v as chosen.
+        M_v in bytes (see `count_state`); T_v as chosen; ``facts`` filled.
 
     Raises
     ------
@@ -213,14 +316,16 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
         If `cost_model`, `repeats` or `time_unit` is invalid.
     TraceError
         If `fn` applies no function with backprop enabled, or does not return Variables
-        computed inside it.
+        computed inside it, or Chainer's ``lazy_grad_sum`` is on (the schedule models the
+        default, eager summation of gradients).
+    RuntimeError
+        If `measure_memory` and tracemalloc is already tracing (CPU), or CuPy is missing (GPU).
 
     Notes
     -----
-    Tracing leaves parameters, persistent values updated in forward (BatchNormalization running
-    statistics) and NumPy's global random state as they were. CuPy's random state is not restored.
-    Functions applied under ``chainer.no_backprop_mode()`` are not nodes (their outputs are treated
-    as inputs), and functions applied inside another function's forward are not recorded.
+    Functions applied under ``chainer.no_backprop_mode()`` are not nodes (their outputs are
+    treated as inputs), and functions applied inside another function's forward are not
+    recorded.
 
     References
     ----------
@@ -232,94 +337,150 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
     if not (isinstance(time_unit, (int, float)) and time_unit > 0):
         raise ValueError(f"time_unit must be a positive number of seconds, got {time_unit!r}")
-    hook = _TraceHook(cost_model == "profile", repeats)
+    if chainer.config.lazy_grad_sum:
+        raise TraceError("chainer.config.lazy_grad_sum is on; the schedule models Chainer's "
+                         "default (gradients summed as they arrive): turn it off")
+    hook = _TraceHook(cost_model == "profile", repeats, measure_memory)
     rng_state = np.random.get_state()
+    saved_grads = None
     try:
         with hook:
             result = fn()
-            hook.finish()
-        return _build(hook.records, result, cost_model, time_unit, count_state)
+            results = _returned(result)
+            hook.records = [r for r in hook.records if not r.skip]
+            if not hook.records:
+                raise TraceError("the traced callable applied no function with backprop "
+                                 "enabled")
+            hook.records_by_pos = hook.records
+            saved_grads = _save_grads(hook.records)
+            hook.start_backward()
+            _run_backward(results)
+        return _build(hook, results, cost_model, time_unit, count_state)
     finally:
+        hook.close()
+        if saved_grads is not None:
+            for var, grad in saved_grads:
+                var.grad = grad
         for r in hook.records:
-            for arr, copy in r.saved:
+            for arr, copy in getattr(r, "saved", ()) or ():
                 arr[...] = copy
         np.random.set_state(rng_state)
 
 
-def _build(records, result, cost_model, time_unit, count_state):
+def _returned(result):
     if isinstance(result, chainer.Variable):
-        results = [result]
-    elif isinstance(result, (tuple, list)) and all(isinstance(v, chainer.Variable) for v in result):
-        results = list(result)
-    else:
-        raise TraceError(f"the traced callable must return a chainer.Variable or a tuple of "
-                         f"them, got {type(result).__name__}")
-    records = [r for r in records if not r.skip]
-    if not records:
-        raise TraceError("the traced callable applied no function with backprop enabled")
-    pos = {id(r.func): j for j, r in enumerate(records)}
-    nodes, edges, cost, memory, attrs = [], [], {}, {}, {}
-    params, inputs = {}, {}
+        return [result]
+    if isinstance(result, (tuple, list)) and result and all(
+            isinstance(v, chainer.Variable) for v in result):
+        return list(result)
+    raise TraceError(f"the traced callable must return a chainer.Variable or a tuple of them, "
+                     f"got {type(result).__name__}")
+
+
+def _save_grads(records):
+    """(variable, grad) of every external Variable the step may give a gradient."""
+    out, seen = [], set()
+    for r in records:
+        for node in r.func.inputs:
+            var = node.get_variable_or_none()
+            if node.creator_node is None and var is not None and id(var) not in seen:
+                seen.add(id(var))
+                out.append((var, var.grad))
+                var.grad = None
+    return out
+
+
+def _run_backward(results):
+    seeds = [v for v in results if v.requires_grad]
+    if not seeds:
+        return
+    for v in seeds:
+        v.grad = v.xp.ones_like(v.array)
+    chainer.backward(seeds)
+
+
+def _build(hook, results, cost_model, time_unit, count_state):
+    records = hook.records
+    pos = hook.pos
+    nodes, edges, cost, memory, attrs, facts = [], [], {}, {}, {}, []
+    externals, ext_index = [], {}
     for j, r in enumerate(records):
         f = r.func
-        args = []
+        args, fargs = [], []
         for node in f.inputs:
             creator = node.creator_node
             if creator is not None and id(creator) in pos:
                 i = pos[id(creator)]
                 k = next(k for k, ref in enumerate(creator.outputs) if ref() is node)
                 args.append(["node", i, k])
+                fargs.append((i, k))
                 edges.append((i, j))
             else:
                 var = node.get_variable_or_none()
                 kind = "param" if isinstance(var, chainer.Parameter) else "input"
-                (params if kind == "param" else inputs)[id(node)] = _nbytes(node.shape, node.dtype)
+                if id(node) not in ext_index:
+                    ext_index[id(node)] = len(externals)
+                    externals.append((kind, _nbytes(node.shape, node.dtype)))
                 args.append([kind, list(node.shape), str(node.dtype)])
-        outs = []
-        for ref in f.outputs:
-            n = ref()
-            outs.append([list(n.shape), str(n.dtype)] if n is not None else None)
-        if any(o is None for o in outs):  # pragma: no cover - outputs die only after the trace
-            raise TraceError(f"function {j} ({type(f).__name__}) lost an output node")
-        out_bytes = sum(_nbytes(s, d) for s, d in outs)
+                fargs.append((~ext_index[id(node)], 0))
+        out_bytes = [_nbytes(s, d) for s, d in r.out_specs]
         state_bytes = sum(b for _, b in r.state)
         name = type(f).__name__
         nodes.append(j)
-        memory[j] = out_bytes + (state_bytes if count_state else 0)
+        memory[j] = sum(out_bytes) + (state_bytes if count_state else 0)
         if cost_model == "preset":
             cost[j] = preset_cost(name)
         else:
             cost[j] = max(1, int(round(statistics.median(r.times) / time_unit)))
-        attrs[j] = {
-            "function": name,
-            "inputs": args,
-            "outputs": outs,
-            "output_bytes": out_bytes,
-            "state_bytes": state_bytes,
-            "retained_inputs": list(_ci.retained_input_indexes(f)),
-            "retained_outputs": list(_ci.retained_output_indexes(f)),
-            "requires_grad": any(x.requires_grad for x in f.inputs),
-            "stochastic": name in _ci.STOCHASTIC_FUNCTIONS,
-        }
-    out_labels = []
+        attrs[j] = {"function": name, "inputs": args,
+                    "outputs": [[list(s), str(d)] for s, d in r.out_specs]}
+        facts.append(dict(outputs=tuple(out_bytes), args=tuple(fargs), state=state_bytes,
+                          reads_args=_ci.retained_input_indexes(f),
+                          reads_outputs=_ci.retained_output_indexes(f),
+                          output_views=tuple(r.out_views), forward_peak=int(r.forward_peak),
+                          backward_peak=int(r.backward_peak),
+                          stochastic=name in _ci.STOCHASTIC_FUNCTIONS,
+                          plain_free_after=tuple(r.freed_after)))
+    out_labels, returned = [], []
     for v in results:
         c = v.creator_node
         if c is None or id(c) not in pos:
             raise TraceError("the traced callable returned a Variable that no function inside "
                              "it computed")
-        out_labels.append(pos[id(c)])
-    # the backward pass reaches the ancestors of the outputs that have an input requiring grad
-    reach = set()
-    stack = list(out_labels)
-    while stack:
-        j = stack.pop()
-        if j in reach:
-            continue
-        reach.add(j)
-        stack.extend(a[1] for a in attrs[j]["inputs"] if a[0] == "node")
-    for j in nodes:
-        attrs[j]["backward"] = j in reach and attrs[j]["requires_grad"]
-    return TracedGraph(nodes, edges, cost, memory, attrs, param_bytes=sum(params.values()),
-                       input_bytes=sum(inputs.values()), outputs=out_labels,
-                       cost_model=cost_model, time_unit=time_unit if cost_model == "profile"
-                       else None)
+        j = pos[id(c)]
+        out_labels.append(j)
+        returned.append((j, next(k for k, ref in enumerate(c.outputs) if ref() is v.node)))
+    node_facts = _node_facts(records, facts, hook)
+    seeds = tuple(o for o in returned if records[o[0]].got_grad is not None
+                  and records[o[0]].got_grad[o[1]])
+    ef = lowerset.ExecutionFacts(
+        nodes=node_facts, forward_order=tuple(range(len(records))),
+        backward_order=tuple(hook.backward_order), externals=tuple(externals),
+        returned=tuple(dict.fromkeys(returned)), seeds=tuple(dict.fromkeys(seeds)))
+    return TracedGraph(nodes, edges, cost, memory, attrs, facts=ef, outputs=out_labels,
+                       cost_model=cost_model,
+                       time_unit=time_unit if cost_model == "profile" else None)
+
+
+def _node_facts(records, facts, hook):
+    """NodeFacts per node: which arguments get a gradient (the consumer's backward runs, the
+    argument requires one, and the value received one), and which gradients are views."""
+    ran = set(hook.backward_order)
+    views = {}
+    for consumer, ck, producer, pk in hook.grad_views:
+        for p, (s, k) in enumerate(facts[consumer]["args"]):
+            if (s, k) == (producer, pk):
+                views[consumer, p] = ck
+    out = []
+    for j, (r, d) in enumerate(zip(records, facts)):
+        grads, gviews = [], []
+        for p, (node, (s, k)) in enumerate(zip(r.func.inputs, d["args"])):
+            if s >= 0:
+                got = records[s].got_grad
+                gives = j in ran and node.requires_grad and got is not None and got[k]
+            else:
+                gives = j in ran and node.requires_grad
+            grads.append(bool(gives))
+            gviews.append(views.get((j, p), -1))
+        out.append(lowerset.NodeFacts(grad_args=tuple(grads), grad_views=tuple(gviews), **d))
+    return tuple(out)

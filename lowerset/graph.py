@@ -11,6 +11,7 @@ import networkx as nx
 import numpy as np
 
 from .exceptions import GraphError
+from .execution import ExecutionFacts, default_facts
 
 __all__ = ["Graph"]
 
@@ -54,7 +55,12 @@ class Graph:
     memory : mapping
         ``memory[v]`` is M_v, a non-negative integer number of bytes.
     attrs : mapping, optional
-        Extra per-node metadata (for instance the producing function's name); kept, not used.
+        Extra per-node metadata (for instance the producing function's name); kept, not used
+        by the planner.
+    facts : ExecutionFacts, optional
+        How a training step over the graph runs (:mod:`lowerset.execution`), indexed by the
+        position of each node in `nodes`, which must then be a topological order. Default:
+        :func:`lowerset.default_facts`.
 
     Attributes
     ----------
@@ -67,6 +73,11 @@ class Graph:
     pred_ptr, pred_idx, succ_ptr, succ_idx : ndarray of int64
         Predecessors and successors in CSR form: the predecessors of node ``i`` are
         ``pred_idx[pred_ptr[i]:pred_ptr[i + 1]]``.
+    facts : ExecutionFacts
+        The execution facts (given, or the defaults).
+    has_facts : bool
+        Whether facts were given (graphs with default facts compare equal whatever their
+        node order).
 
     Raises
     ------
@@ -74,8 +85,9 @@ class Graph:
         If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
         the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
         positive, a memory is missing, not an integer or negative, the total cost exceeds
-        10**7 cost units (the DP tables are indexed by overhead), or the total memory exceeds
-        2**56 bytes.
+        10**7 cost units (the DP tables are indexed by overhead), the total memory exceeds
+        2**56 bytes, or `facts` are given with nodes not in topological order or do not fit
+        the graph (:meth:`ExecutionFacts.check`).
 
     References
     ----------
@@ -89,7 +101,7 @@ class Graph:
     (3, ('a', 'b', 'c'))
     """
 
-    def __init__(self, nodes, edges, cost, memory, attrs=None):
+    def __init__(self, nodes, edges, cost, memory, attrs=None, facts=None):
         nodes = list(nodes)
         if not nodes:
             raise GraphError("the graph is empty: a forward graph needs at least one node")
@@ -115,6 +127,11 @@ class Graph:
             cycle = nx.find_cycle(dg)
             path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
             raise GraphError(f"the graph has a cycle: {path}") from None
+        if _is_topological(nodes, dg):
+            order = nodes  # keep the caller's order: node ids are then positions in `nodes`
+        elif facts is not None:
+            raise GraphError("execution facts are indexed by node position: list the nodes in a "
+                             "topological order")
         costs, mems = [], []
         for v in order:
             if v not in cost:
@@ -142,6 +159,12 @@ class Graph:
         succs = [[self.index[w] for w in dg.successors(v)] for v in order]
         self.pred_ptr, self.pred_idx = _csr(preds)
         self.succ_ptr, self.succ_idx = _csr(succs)
+        self.has_facts = facts is not None
+        if facts is None:
+            facts = default_facts(self)
+        else:
+            facts.check(self)
+        self.facts = facts
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -257,11 +280,13 @@ class Graph:
     def fingerprint(self):
         """A hashable value identifying the graph up to node order.
 
-        It holds each node with its cost and memory, and the edge set; two graphs built from the
-        same nodes, edges, costs and memory listed in different orders have equal fingerprints.
+        It holds each node with its cost and memory, the edge set and the execution facts (with
+        node ids replaced by labels); two graphs built from the same nodes, edges, costs, memory
+        and facts listed in different orders have equal fingerprints.
         """
         nodes = frozenset(zip(self.labels, self.cost.tolist(), self.memory.tolist()))
-        return nodes, frozenset(self.edges)
+        facts = self.facts.keyed(self.labels) if self.has_facts else None
+        return nodes, frozenset(self.edges), facts
 
     def __eq__(self, other):
         return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()
@@ -282,10 +307,17 @@ def _csr(lists):
     return ptr, idx
 
 
+def _is_topological(nodes, dg):
+    pos = {v: i for i, v in enumerate(nodes)}
+    return all(pos[v] < pos[w] for v, w in dg.edges)
+
+
 def _graph_to_dict(G, attrs=True):
-    """The JSON-ready fields of a graph: nodes, edges, cost, memory and (optionally) attrs."""
+    """The JSON-ready fields of a graph: nodes, edges, cost, memory, facts and (optionally)
+    attrs. Nodes are listed in id order, the ids the facts use."""
     data = {"nodes": list(G.labels), "edges": [list(e) for e in G.edges],
-            "cost": G.cost.tolist(), "memory": G.memory.tolist()}
+            "cost": G.cost.tolist(), "memory": G.memory.tolist(),
+            "facts": G.facts.to_dict() if G.has_facts else None}
     if attrs:
         data["attrs"] = [G.attrs[v] for v in G.labels]
     return data
@@ -305,5 +337,9 @@ def _graph_from_dict(data):
     edges = [tuple(e) for e in data["edges"]]
     cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
     attrs = data.get("attrs")
-    return Graph(nodes, edges, cost, memory, attrs=dict(zip(nodes, attrs)) if attrs else None)
+    facts = data.get("facts")
+    if facts is not None:
+        facts = ExecutionFacts.from_dict(facts)
+    return Graph(nodes, edges, cost, memory, attrs=dict(zip(nodes, attrs)) if attrs else None,
+                 facts=facts)
 

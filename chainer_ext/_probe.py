@@ -1,0 +1,72 @@
+"""Bytes in use on the device, and the highest level since a mark: what :func:`chainer_ext.trace`
+measures around each forward and backward call (their transient workspace).
+
+On CPU the probe reads :mod:`tracemalloc` (NumPy reports its buffers to it; Python objects made
+meanwhile are counted too); on GPU it reads CuPy's default memory pool, whose ``used_bytes`` it
+samples after every allocation.
+"""
+
+import tracemalloc
+
+from . import _backend
+
+__all__ = ["MemoryProbe"]
+
+
+class MemoryProbe:
+    """Measure bytes in use and the peak since :meth:`mark` on one device.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu"}
+
+    Raises
+    ------
+    RuntimeError
+        For "cpu" if tracemalloc is already tracing (the caller's own measurement would be
+        disturbed); for "gpu" if CuPy is not available.
+    """
+
+    def __init__(self, device):
+        self.device = device
+        if device == "cpu":
+            if tracemalloc.is_tracing():
+                raise RuntimeError("tracemalloc is already tracing: stop it before trace(), or "
+                                   "call trace(..., measure_memory=False)")
+        else:
+            _backend.require_cupy("measuring GPU memory")
+        self._hook = None
+
+    def __enter__(self):
+        if self.device == "cpu":
+            tracemalloc.start()
+        else:  # pragma: no cover - GPU
+            self._hook = _backend.pool_peak_hook()
+            self._hook.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == "cpu":
+            tracemalloc.stop()
+        else:  # pragma: no cover - GPU
+            self._hook.__exit__(*exc)
+
+    def level(self):
+        """Bytes in use now."""
+        if self.device == "cpu":
+            return tracemalloc.get_traced_memory()[0]
+        return self._hook.pool.used_bytes()  # pragma: no cover - GPU
+
+    def mark(self):
+        """Forget the peak so far; return the level now."""
+        if self.device == "cpu":
+            tracemalloc.reset_peak()
+        else:  # pragma: no cover - GPU
+            self._hook.peak = self._hook.pool.used_bytes()
+        return self.level()
+
+    def peak(self):
+        """Highest bytes in use since the last :meth:`mark`."""
+        if self.device == "cpu":
+            return tracemalloc.get_traced_memory()[1]
+        return self._hook.peak  # pragma: no cover - GPU

@@ -1,0 +1,289 @@
+"""Execution facts: what running a training step needs to know beyond G = (V, E).
+
+G gives each node's cost T_v and memory M_v (paper, Sec. 2). A schedule of the real step
+(:mod:`lowerset.schedule`) also needs to know how the framework runs it: the order of the forward
+and backward passes, which arrays each function's backward reads, how big its gradients are,
+which arrays are views of others, the transient workspace each function needs, and the bytes
+resident before the step (parameters, inputs). :class:`ExecutionFacts` holds all of it, one
+:class:`NodeFacts` per node. ``chainer_ext.trace`` fills it from a recorded run; any other graph
+(the authors' ``cg_*.txt`` files) gets :func:`default_facts`: the paper's conservative
+assumptions, under which every backward reads all its inputs and its output.
+
+Node ids in the facts are the graph's ids (``graph.index[label]``), so facts belong to one graph.
+A function's arguments are ``(src, k)`` pairs: ``src >= 0`` is the node whose output ``k`` the
+argument is; ``src < 0`` is the external array ``~src`` (``-1`` is external 0) and ``k`` is 0.
+All sizes are bytes.
+"""
+
+from dataclasses import dataclass, fields
+
+from .exceptions import GraphError
+
+__all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "EXTERNAL_KINDS"]
+
+#: Kinds of external arrays: "param" (gets a gradient that persists) and "input".
+EXTERNAL_KINDS = ("param", "input")
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """How one function application (a node of G) runs.
+
+    Attributes
+    ----------
+    outputs : tuple of int
+        Bytes of each output array (a node holds all outputs of one function application).
+    args : tuple of (int, int)
+        Per argument, ``(src, k)``: output ``k`` of node ``src``, or external ``~src`` when
+        ``src < 0``.
+    state : int
+        Bytes of the arrays the function makes in forward and keeps for its backward besides its
+        inputs and outputs (max-pooling indexes, BatchNormalization statistics, dropout masks).
+    reads_args : tuple of int
+        Argument positions whose arrays the backward reads.
+    reads_outputs : tuple of int
+        Output positions whose arrays the backward reads.
+    grad_args : tuple of bool
+        Per argument: whether the backward returns a gradient for it (of the argument's size).
+    output_views : tuple of int
+        Per output: the argument position whose array it is a view of (shares memory with), or
+        -1 when it owns its memory.
+    grad_views : tuple of int
+        Per argument: the output index whose gradient the argument's gradient is a view of, or -1.
+    forward_peak, backward_peak : int
+        Measured bytes above the level at the start of the forward (backward) call at its
+        highest point, workspace included (im2col buffers, temporaries); 0 when not measured.
+        The schedule takes the larger of this and what it allocates itself.
+    stochastic : bool
+        The function's state holds random draws (a dropout mask) that a recomputation must
+        reuse: the state is never dropped before its backward.
+    plain_free_after : tuple of int
+        Per output: the forward position after whose function the plain framework (no hook)
+        frees the array, or -1 when it lives to the end of the step.
+    """
+
+    outputs: tuple
+    args: tuple
+    state: int = 0
+    reads_args: tuple = ()
+    reads_outputs: tuple = ()
+    grad_args: tuple = ()
+    output_views: tuple = ()
+    grad_views: tuple = ()
+    forward_peak: int = 0
+    backward_peak: int = 0
+    stochastic: bool = False
+    plain_free_after: tuple = ()
+
+    def to_dict(self):
+        """JSON-ready dict (tuples become lists)."""
+        return {f.name: _listify(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d):
+        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
+        kw = {f.name: _tuplify(d[f.name]) for f in fields(cls) if f.name in d}
+        kw["args"] = tuple(tuple(a) for a in kw["args"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ExecutionFacts:
+    """How a training step over G runs: one :class:`NodeFacts` per node and the step's order.
+
+    Parameters
+    ----------
+    nodes : tuple of NodeFacts
+        Indexed by node id.
+    forward_order : tuple of int
+        Node ids in forward execution order (a topological order of G).
+    backward_order : tuple of int
+        Ids of the nodes whose backward runs, in the order it runs (consumers before producers).
+    externals : tuple of (str, int)
+        ``(kind, bytes)`` of each array used by the step but made before it (parameters,
+        inputs); kind is one of :data:`EXTERNAL_KINDS`. They are resident during the step.
+    returned : tuple of (int, int)
+        Outputs ``(node, k)`` returned to the caller: never freed during the step.
+    seeds : tuple of (int, int)
+        Returned outputs the backward pass starts from; each gets an initial gradient.
+
+    Raises
+    ------
+    GraphError
+        From :meth:`check` (called by :class:`lowerset.Graph`) when the facts do not fit G.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy; liveness analysis).
+    """
+
+    nodes: tuple
+    forward_order: tuple
+    backward_order: tuple
+    externals: tuple = ()
+    returned: tuple = ()
+    seeds: tuple = ()
+
+    @property
+    def resident(self):
+        """Bytes of the external arrays (parameters and inputs), resident during the step."""
+        return sum(b for _, b in self.externals)
+
+    def check(self, graph):
+        """Raise GraphError naming the first fact that does not fit `graph`."""
+        n = graph.n
+        if len(self.nodes) != n:
+            raise GraphError(f"execution facts describe {len(self.nodes)} nodes, the graph has {n}")
+        if sorted(self.forward_order) != list(range(n)):
+            raise GraphError("forward_order must list every node id once")
+        pos = {v: i for i, v in enumerate(self.forward_order)}
+        for e in self.externals:
+            if len(e) != 2 or e[0] not in EXTERNAL_KINDS or not _nonneg(e[1]):
+                raise GraphError(f"external {e!r} must be (kind in {EXTERNAL_KINDS}, bytes >= 0)")
+        for v, nf in enumerate(self.nodes):
+            _check_node(graph, v, nf, self)
+            for s in graph.preds(v):
+                if pos[int(s)] > pos[v]:
+                    raise GraphError(f"forward_order runs node {graph.labels[v]!r} before its "
+                                     f"input {graph.labels[int(s)]!r}")
+        bpos = {}
+        for i, v in enumerate(self.backward_order):
+            if not 0 <= v < n or v in bpos:
+                raise GraphError(f"backward_order entry {v!r} is not a node id or repeats")
+            bpos[v] = i
+        for v in self.backward_order:
+            for w in graph.succs(v):
+                if int(w) in bpos and bpos[int(w)] > bpos[v]:
+                    raise GraphError(f"backward_order runs node {graph.labels[v]!r} before its "
+                                     f"consumer {graph.labels[int(w)]!r}")
+        for what, outs in (("returned", self.returned), ("seeds", self.seeds)):
+            for o in outs:
+                if len(o) != 2 or not 0 <= o[0] < n or not 0 <= o[1] < len(self.nodes[o[0]].outputs):
+                    raise GraphError(f"{what} entry {o!r} is not an output (node id, index)")
+        if not set(self.seeds) <= set(self.returned):
+            raise GraphError("every seed must be a returned output")
+
+    def keyed(self, labels):
+        """A hashable form with node ids replaced by `labels` (for graph equality)."""
+        def lab(src):
+            return labels[src] if src >= 0 else ("external", ~src)
+        nodes = frozenset(
+            (labels[v], nf.outputs, tuple((lab(s), k) for s, k in nf.args),
+             tuple(getattr(nf, f.name) for f in fields(nf) if f.name not in ("outputs", "args")))
+            for v, nf in enumerate(self.nodes))
+        return (nodes, tuple(labels[v] for v in self.forward_order),
+                tuple(labels[v] for v in self.backward_order), self.externals,
+                tuple((labels[v], k) for v, k in self.returned),
+                tuple((labels[v], k) for v, k in self.seeds))
+
+    def to_dict(self):
+        """JSON-ready dict (node ids as in the graph's node list)."""
+        return {"nodes": [nf.to_dict() for nf in self.nodes],
+                "forward_order": list(self.forward_order),
+                "backward_order": list(self.backward_order),
+                "externals": [list(e) for e in self.externals],
+                "returned": [list(o) for o in self.returned],
+                "seeds": [list(o) for o in self.seeds]}
+
+    @classmethod
+    def from_dict(cls, d):
+        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
+        return cls(nodes=tuple(NodeFacts.from_dict(x) for x in d["nodes"]),
+                   forward_order=tuple(d["forward_order"]),
+                   backward_order=tuple(d["backward_order"]),
+                   externals=tuple(tuple(e) for e in d["externals"]),
+                   returned=tuple(tuple(o) for o in d["returned"]),
+                   seeds=tuple(tuple(o) for o in d["seeds"]))
+
+
+def default_facts(graph):
+    """The facts assumed for a graph that carries none (the paper's conservative model).
+
+    Every node has one output of M_v bytes, no state and no workspace; its arguments are its
+    predecessors (output 0 of each); its backward runs, reads all its arguments and its output,
+    and returns a gradient for every argument; nothing is a view. The forward pass runs in the
+    graph's node-id order, the backward pass in the reverse order. The outputs of the nodes
+    without successors are returned and seed the backward pass. Nothing is resident.
+
+    Parameters
+    ----------
+    graph : Graph
+
+    Returns
+    -------
+    ExecutionFacts
+
+    Examples
+    --------
+    >>> f = ls.default_facts(ls.Graph.chain(3, memory=8))
+    >>> f.nodes[1].outputs, f.nodes[1].args, f.backward_order
+    ((8,), ((0, 0),), (2, 1, 0))
+    """
+    nodes = []
+    for v in range(graph.n):
+        preds = [int(p) for p in graph.preds(v)]
+        m = len(preds)
+        nodes.append(NodeFacts(
+            outputs=(int(graph.memory[v]),), args=tuple((p, 0) for p in preds),
+            reads_args=tuple(range(m)), reads_outputs=(0,), grad_args=(True,) * m,
+            output_views=(-1,), grad_views=(-1,) * m, plain_free_after=(-1,)))
+    sinks = tuple((v, 0) for v in range(graph.n) if graph.succs(v).size == 0)
+    return ExecutionFacts(nodes=tuple(nodes), forward_order=tuple(range(graph.n)),
+                          backward_order=tuple(range(graph.n - 1, -1, -1)),
+                          returned=sinks, seeds=sinks)
+
+
+def _check_node(graph, v, nf, facts):
+    label = graph.labels[v]
+
+    def bad(msg):
+        return GraphError(f"execution facts of node {label!r}: {msg}")
+
+    n_out, n_arg = len(nf.outputs), len(nf.args)
+    if n_out == 0 or not all(_nonneg(b) for b in nf.outputs):
+        raise bad(f"outputs must be a non-empty tuple of bytes >= 0, got {nf.outputs!r}")
+    for b, what in ((nf.state, "state"), (nf.forward_peak, "forward_peak"),
+                    (nf.backward_peak, "backward_peak")):
+        if not _nonneg(b):
+            raise bad(f"{what} must be bytes >= 0, got {b!r}")
+    srcs = set()
+    for a in nf.args:
+        if len(a) != 2:
+            raise bad(f"argument {a!r} must be a pair (src, k)")
+        s, k = a
+        if s >= 0:
+            if s >= graph.n or not 0 <= k < len(facts.nodes[s].outputs):
+                raise bad(f"argument {a!r} names no output of a node")
+            srcs.add(s)
+        elif ~s >= len(facts.externals) or k != 0:
+            raise bad(f"argument {a!r} names no external array")
+    if srcs != {int(p) for p in graph.preds(v)}:
+        raise bad(f"arguments come from nodes {sorted(srcs)}, but the graph's predecessors are "
+                  f"{sorted(int(p) for p in graph.preds(v))}")
+    for name, vals, lim in (("reads_args", nf.reads_args, n_arg),
+                            ("reads_outputs", nf.reads_outputs, n_out)):
+        if any(not 0 <= p < lim for p in vals):
+            raise bad(f"{name} {vals!r} has a position outside 0..{lim - 1}")
+    for name, vals, size, lo, hi in (("grad_args", nf.grad_args, n_arg, 0, 1),
+                                     ("output_views", nf.output_views, n_out, -1, n_arg - 1),
+                                     ("grad_views", nf.grad_views, n_arg, -1, n_out - 1),
+                                     ("plain_free_after", nf.plain_free_after, n_out, -1,
+                                      graph.n - 1)):
+        if len(vals) != size or any(not lo <= int(x) <= hi for x in vals):
+            raise bad(f"{name} must have {size} entries in {lo}..{hi}, got {vals!r}")
+
+
+def _nonneg(x):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _listify(x):
+    if isinstance(x, tuple):
+        return [_listify(y) for y in x]
+    return x
+
+
+def _tuplify(x):
+    if isinstance(x, list):
+        return tuple(_tuplify(y) for y in x)
+    return x
