@@ -44,6 +44,7 @@ from functools import cached_property
 
 import numpy as np
 
+from . import _schedule_kernels as _k
 from .exceptions import ArgumentTypeError
 from .graph import Graph
 from .strategy import CanonicalStrategy
@@ -51,8 +52,7 @@ from .strategy import CanonicalStrategy
 __all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KINDS"]
 
 #: Event kinds, in the vocabulary of the paper's canonical strategy and of liveness analysis.
-EVENT_KINDS = ("forward", "drop", "free_value", "free_state", "seed_grad", "recompute",
-               "backward", "free_grad")
+EVENT_KINDS = _k.EVENT_CODES
 
 Event = namedtuple("Event", "kind node bytes outputs")
 Event.__doc__ = """One step of a training step's schedule.
@@ -69,7 +69,8 @@ bytes : int
     outputs freed; ``free_state``: the state; ``seed_grad``: the initial gradient;
     ``backward``/``free_grad``: the node's output gradients read/freed.
 outputs : tuple of int
-    Output indexes concerned (value events and ``seed_grad``); empty otherwise.
+    Output indexes concerned (``forward``, ``recompute``, ``drop``, ``free_value``,
+    ``seed_grad``); empty otherwise.
 """
 
 
@@ -106,18 +107,31 @@ class Schedule:
     graph : Graph
     strategy : CanonicalStrategy or None
         None for the plain step.
-    events : tuple of Event
+    arrays : tuple of ndarray
+        The events as arrays ``(kind, node, nbytes, optr, oidx)`` (int64; node ids, kind codes
+        of :data:`EVENT_KINDS`, outputs in CSR form).
     """
 
-    def __init__(self, graph, strategy, events):
+    def __init__(self, graph, strategy, arrays):
         self.graph = graph
         self.strategy = strategy
-        self.events = tuple(events)
+        self.arrays = arrays
+
+    @cached_property
+    def events(self):
+        """tuple of :class:`Event`, in order."""
+        kind, node, nbytes, optr, oidx = self.arrays
+        labels = self.graph.labels
+        oidx = oidx.tolist()
+        optr = optr.tolist()
+        return tuple(Event(EVENT_KINDS[k], labels[v], b, tuple(oidx[optr[i]:optr[i + 1]]))
+                     for i, (k, v, b) in enumerate(zip(kind.tolist(), node.tolist(),
+                                                       nbytes.tolist())))
 
     @cached_property
     def fold(self):
         """:class:`MemoryFold` of the events (computed once)."""
-        return _fold(self.graph, self.events)
+        return _fold(self.graph, self.arrays)
 
     @property
     def peak(self):
@@ -137,20 +151,21 @@ class Schedule:
     @property
     def recomputed(self):
         """Labels recomputed, in order (each at most once)."""
-        return [e.node for e in self.events if e.kind == "recompute"]
+        kind, node = self.arrays[0], self.arrays[1]
+        return [self.graph.labels[v] for v in node[kind == _k.RECOMPUTE].tolist()]
 
     @property
     def recompute_cost(self):
         """Total cost T of the recomputed nodes, cost units (at most the eq. (1) overhead)."""
-        g = self.graph
-        return int(sum(int(g.cost[g.index[v]]) for v in self.recomputed))
+        kind, node = self.arrays[0], self.arrays[1]
+        return int(self.graph.cost[node[kind == _k.RECOMPUTE]].sum())
 
     def __len__(self):
-        return len(self.events)
+        return int(self.arrays[0].shape[0])
 
     def __repr__(self):
         what = "plain" if self.strategy is None else repr(self.strategy)
-        return f"Schedule({len(self.events)} events, peak={self.peak} bytes, {what})"
+        return f"Schedule({len(self)} events, peak={self.peak} bytes, {what})"
 
 
 def schedule(plan):
@@ -178,16 +193,16 @@ def schedule(plan):
     Examples
     --------
     >>> g = ls.Graph.chain(3, memory=10)
-    >>> s = ls.schedule(ls.CanonicalStrategy(g, [{0}, {0, 1, 2}]))
-    >>> [(e.kind, e.node) for e in s.events][:5]
-    [('forward', 0), ('forward', 1), ('drop', 1), ('forward', 2), ('seed_grad', 2)]
-    >>> s.peak
-    40
+    >>> s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1}, {0, 1, 2}]))
+    >>> [(e.kind, e.node) for e in s.events][:6]
+    [('forward', 0), ('forward', 1), ('drop', 0), ('forward', 2), ('seed_grad', 2), ('backward', 2)]
+    >>> s.peak, s.recomputed
+    (50, [0])
     """
     if isinstance(plan, CanonicalStrategy):
-        return Schedule(plan.graph, plan, _hooked_events(plan))
+        return Schedule(plan.graph, plan, _hooked_arrays(plan.graph, dropped_nodes(plan)))
     if isinstance(plan, Graph):
-        return Schedule(plan, None, _plain_events(plan))
+        return Schedule(plan, None, _plain_arrays(plan))
     raise ArgumentTypeError(f"plan must be a lowerset.CanonicalStrategy or a lowerset.Graph, "
                             f"got {type(plan).__name__}")
 
@@ -218,308 +233,158 @@ def simulate(plan):
     return schedule(plan).fold
 
 
-# -- pass 1: compute events ----------------------------------------------------------------------
-
-
-def _dropped(strategy):
-    """Bool per node id: the strategy drops the node's outputs after the forward pass."""
-    g, F = strategy.graph, strategy.graph.facts
-    keep = np.zeros(g.n, dtype=bool)
-    keep[strategy._segment_masks[-1]] = True
+def dropped_nodes(strategy):
+    """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
+    pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs and nodes without consumers."""
+    g = strategy.graph
+    keep = strategy._segment_masks[-1].copy()
     for b in strategy._cached_masks:
         keep |= b
-    for v, _ in F.returned:
+    for v, _ in g.facts.returned:
         keep[v] = True
-    has_consumer = np.diff(g.succ_ptr) > 0
-    return ~keep & has_consumer
+    return ~keep & (np.diff(g.succ_ptr) > 0)
 
 
-def _compute_events(g, dropped):
-    """Pass 1: the ("forward"|"recompute"|"backward", node id) sequence of a hooked step."""
+# -- flattened facts -------------------------------------------------------------------------------
+
+Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_node out_bytes "
+                          "out_view returned seed grad_out plain_free state stoch arg_ptr "
+                          "arg_node arg_out arg_target arg_size arg_grad arg_gview rarg_ptr "
+                          "rarg_idx rout_ptr rout_idx fpeak bpeak")
+Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
+
+
+def flat_facts(g):
+    """Return the :data:`Flat` arrays of `g`'s execution facts (computed once per graph)."""
+    cached = g.__dict__.get("_flat_facts")
+    if cached is None:
+        cached = g.__dict__["_flat_facts"] = _flatten(g)
+    return cached
+
+
+def _i64(x):
+    return np.ascontiguousarray(np.asarray(x, dtype=np.int64).reshape(-1))
+
+
+def _flatten(g):
     F = g.facts
-    fpos = _forward_positions(F)
-    out = [("forward", v) for v in F.forward_order]
-    missing = dropped.copy()  # dropped and not recomputed yet
-    for j in F.backward_order:
-        nf = F.nodes[j]
-        need = []
-        if missing[j] and (nf.reads_outputs or (nf.state and not nf.stochastic)):
-            need.append(j)
-        need += [nf.args[p][0] for p in nf.reads_args if nf.args[p][0] >= 0
-                 and missing[nf.args[p][0]]]
-        todo, stack = set(), need
-        while stack:  # the dropped values needed, and the dropped inputs to recompute them
-            v = stack.pop()
-            if v not in todo:
-                todo.add(v)
-                stack.extend(s for s, _ in F.nodes[v].args if s >= 0 and missing[s])
-        for v in sorted(todo, key=fpos.__getitem__):
-            out.append(("recompute", v))
-            missing[v] = False
-        out.append(("backward", j))
-    return out
-
-
-def _reads(F, kind, v):
-    """Arrays read by a compute event: ("value", node, k) and ("state", node, 0) keys."""
-    nf = F.nodes[v]
-    if kind == "backward":
-        r = [("value", s, k) for s, k in (nf.args[p] for p in nf.reads_args) if s >= 0]
-        r += [("value", v, k) for k in nf.reads_outputs]
-        if nf.state:
-            r.append(("state", v, 0))
-        return r
-    r = [("value", s, k) for s, k in nf.args if s >= 0]
-    if kind == "recompute" and nf.stochastic and nf.state:
-        r.append(("state", v, 0))
-    return r
-
-
-def _writes(F, kind, v):
-    """Arrays a compute event makes."""
-    if kind == "backward":
-        return []
-    nf = F.nodes[v]
-    w = [("value", v, k) for k in range(len(nf.outputs))]
-    if nf.state and not (kind == "recompute" and nf.stochastic):
-        w.append(("state", v, 0))
-    return w
-
-
-# -- pass 2: liveness ----------------------------------------------------------------------------
-
-
-def _hooked_events(strategy):
-    g = strategy.graph
-    F = g.facts
-    dropped = _dropped(strategy)
-    compute = _compute_events(g, dropped)
-    returned = {("value", v, k) for v, k in F.returned}
-    # last read of each materialization: key -> [start index, last index]
-    live, ends = {}, [[] for _ in compute]
-    for e, (kind, v) in enumerate(compute):
-        for key in _reads(F, kind, v):
-            live[key][1] = e
-        for key in _writes(F, kind, v):
-            if key in live:
-                _close(live.pop(key), key, ends)
-            live[key] = [e, e]
-    for key, span in live.items():
-        if key not in returned:
-            _close(span, key, ends)
-    out = []
-    seeds_at = max(i for i, (kind, _) in enumerate(compute) if kind == "forward")
-    fpos = _forward_positions(F)
-    for e, (kind, v) in enumerate(compute):
-        out.append(_compute_event(g, kind, v))
-        if e == seeds_at:
-            out.extend(_seed_events(g))
-        if kind == "backward":
-            out.extend(_grad_free_events(g, v))
-        if ends[e]:
-            out.extend(_free_events(g, ends[e], compute, dropped, fpos))
-    return out
-
-
-def _forward_positions(F):
-    fpos = np.empty(len(F.forward_order), dtype=np.int64)
-    fpos[list(F.forward_order)] = np.arange(len(F.forward_order))
-    return fpos
-
-
-def _close(span, key, ends):
-    ends[span[1]].append((key, span[0]))
-
-
-def _free_events(g, closed, compute, dropped, fpos):
-    """Free events for the arrays whose last read is one event: states first, then values,
-    grouped per node in forward order."""
-    F = g.facts
-    states = sorted((v for (what, v, _), _ in closed if what == "state"), key=fpos.__getitem__)
-    out = [Event("free_state", g.labels[v], F.nodes[v].state, ()) for v in states]
-    per_node = {}
-    for (what, v, k), start in closed:
-        if what == "value":
-            forward_copy = compute[start][0] == "forward"
-            kind = "drop" if forward_copy and dropped[v] else "free_value"
-            per_node.setdefault((v, kind), []).append(k)
-    for (v, kind) in sorted(per_node, key=lambda x: fpos[x[0]]):
-        ks = tuple(sorted(per_node[v, kind]))
-        out.append(Event(kind, g.labels[v], sum(F.nodes[v].outputs[k] for k in ks), ks))
-    return out
-
-
-def _compute_event(g, kind, v):
-    nf = g.facts.nodes[v]
-    if kind == "backward":
-        ks = _grad_outputs(g)[v]
-        return Event(kind, g.labels[v], sum(nf.outputs[k] for k in ks), ())
-    made = sum(nf.outputs)
-    if nf.state and not (kind == "recompute" and nf.stochastic):
-        made += nf.state
-    return Event(kind, g.labels[v], made, tuple(range(len(nf.outputs))))
-
-
-def _seed_events(g):
-    F = g.facts
-    return [Event("seed_grad", g.labels[v], F.nodes[v].outputs[k], (k,)) for v, k in F.seeds]
-
-
-def _grad_free_events(g, v):
-    ks = _grad_outputs(g)[v]
-    if not ks:
-        return []
-    nf = g.facts.nodes[v]
-    return [Event("free_grad", g.labels[v], sum(nf.outputs[k] for k in ks), ())]
-
-
-def _grad_outputs(g):
-    """Per node id: the output indexes that receive a gradient (seeds, or a consumer whose
-    backward runs and returns one), sorted. Cached on the graph."""
-    cache = g.__dict__.get("_grad_outputs")
-    if cache is None:
-        F = g.facts
-        has = [set() for _ in range(g.n)]
-        for v, k in F.seeds:
-            has[v].add(k)
-        for w in F.backward_order:
-            nf = F.nodes[w]
-            for (s, k), gives in zip(nf.args, nf.grad_args):
-                if s >= 0 and gives:
-                    has[s].add(k)
-        cache = g.__dict__["_grad_outputs"] = [tuple(sorted(h)) for h in has]
-    return cache
-
-
-def _plain_events(g):
-    """The plain step: forward in order (values freed where the recorded run freed them), the
-    backward pass, gradients freed after each backward."""
-    F = g.facts
-    frees = [[] for _ in range(g.n)]  # forward position -> (node, k) freed after it
+    n = g.n
+    out_ptr = _i64([0] + list(np.cumsum([len(nf.outputs) for nf in F.nodes])))
+    n_out = int(out_ptr[-1])
+    arg_ptr = _i64([0] + list(np.cumsum([len(nf.args) for nf in F.nodes])))
+    n_ext = len(F.externals)
+    out_node = np.repeat(np.arange(n), np.diff(out_ptr)).astype(np.int64)
+    out_bytes = _i64([b for nf in F.nodes for b in nf.outputs])
+    out_view = []
     for v, nf in enumerate(F.nodes):
-        for k, q in enumerate(nf.plain_free_after):
-            if q >= 0:
-                frees[q].append((v, k))
-    out = []
-    fpos = _forward_positions(F)
-    for q, v in enumerate(F.forward_order):
-        out.append(_compute_event(g, "forward", v))
-        if q == g.n - 1:
-            out.extend(_seed_events(g))
-        per_node = {}
-        for u, k in frees[q]:
-            per_node.setdefault(u, []).append(k)
-        for u in sorted(per_node, key=fpos.__getitem__):
-            ks = tuple(sorted(per_node[u]))
-            out.append(Event("free_value", g.labels[u], sum(F.nodes[u].outputs[k] for k in ks),
-                             ks))
-    for j in F.backward_order:
-        out.append(_compute_event(g, "backward", j))
-        out.extend(_grad_free_events(g, j))
-    return out
+        for p in nf.output_views:
+            if p < 0:
+                out_view.append(-1)
+            else:
+                s, k = nf.args[p]
+                out_view.append(int(out_ptr[s]) + k if s >= 0 else -2)
+    arg_node, arg_out, arg_target, arg_size = [], [], [], []
+    for nf in F.nodes:
+        for s, k in nf.args:
+            if s >= 0:
+                o = int(out_ptr[s]) + k
+                arg_node.append(s), arg_out.append(o), arg_target.append(o)
+                arg_size.append(F.nodes[s].outputs[k])
+            else:
+                arg_node.append(-1), arg_out.append(-1), arg_target.append(n_out + ~s)
+                arg_size.append(F.externals[~s][1])
+    arg_grad = np.array([bool(x) for nf in F.nodes for x in nf.grad_args], dtype=bool)
+    ran = np.zeros(n, dtype=bool)
+    ran[list(F.backward_order)] = True
+    grad_out = np.zeros(n_out, dtype=bool)
+    arg_out_a = _i64(arg_out)
+    for v in range(n):
+        for a in range(arg_ptr[v], arg_ptr[v + 1]):
+            if ran[v] and arg_grad[a] and arg_out_a[a] >= 0:
+                grad_out[arg_out_a[a]] = True
+    seed = np.zeros(n_out, dtype=bool)
+    for v, k in F.seeds:
+        seed[out_ptr[v] + k] = True
+    grad_out |= seed
+    returned = np.zeros(n_out, dtype=bool)
+    for v, k in F.returned:
+        returned[out_ptr[v] + k] = True
+    rarg = [[int(arg_ptr[v]) + p for p in nf.reads_args] for v, nf in enumerate(F.nodes)]
+    rout = [[int(out_ptr[v]) + k for k in nf.reads_outputs] for v, nf in enumerate(F.nodes)]
+    fwd = _i64(F.forward_order)
+    fpos = np.empty(n, dtype=np.int64)
+    fpos[fwd] = np.arange(n)
+    return Flat(
+        n=n, n_out=n_out, n_targets=n_out + n_ext, resident=int(F.resident), fwd=fwd, fpos=fpos,
+        bwd=_i64(F.backward_order), out_ptr=out_ptr, out_node=out_node, out_bytes=out_bytes,
+        out_view=_i64(out_view), returned=returned, seed=seed, grad_out=grad_out,
+        plain_free=_i64([q for nf in F.nodes for q in nf.plain_free_after]),
+        state=_i64([nf.state for nf in F.nodes]),
+        stoch=np.array([nf.stochastic for nf in F.nodes], dtype=bool), arg_ptr=arg_ptr,
+        arg_node=_i64(arg_node), arg_out=arg_out_a, arg_target=_i64(arg_target),
+        arg_size=_i64(arg_size), arg_grad=arg_grad,
+        arg_gview=_i64([x for nf in F.nodes for x in nf.grad_views]),
+        rarg_ptr=_i64([0] + list(np.cumsum([len(r) for r in rarg]))),
+        rarg_idx=_i64([a for r in rarg for a in r]),
+        rout_ptr=_i64([0] + list(np.cumsum([len(r) for r in rout]))),
+        rout_idx=_i64([o for r in rout for o in r]),
+        fpeak=_i64([nf.forward_peak for nf in F.nodes]),
+        bpeak=_i64([nf.backward_peak for nf in F.nodes]))
 
 
-# -- pass 3: memory fold -------------------------------------------------------------------------
+# -- the three passes ------------------------------------------------------------------------------
 
 
-class _Buffers:
-    """Reference-counted buffers: bytes are in use while any array refers to its buffer."""
-
-    def __init__(self):
-        self.size, self.refs = [], []
-        self.used = 0
-
-    def new(self, nbytes):
-        self.size.append(int(nbytes))
-        self.refs.append(1)
-        self.used += int(nbytes)
-        return len(self.size) - 1
-
-    def ref(self, b):
-        if b is not None:
-            self.refs[b] += 1
-        return b
-
-    def unref(self, b):
-        if b is None:
-            return
-        self.refs[b] -= 1
-        if self.refs[b] == 0:
-            self.used -= self.size[b]
+def _hooked_arrays(g, dropped):
+    f = flat_facts(g)
+    ckind, cnode = _k.compute_events(dropped, f.fwd, f.fpos, f.bwd, f.state, f.stoch, f.arg_ptr,
+                                     f.arg_node, f.rarg_ptr, f.rarg_idx, f.rout_ptr)
+    slot, start, last = _k.liveness(ckind, cnode, f.n_out, f.state, f.stoch, f.out_ptr,
+                                    f.arg_ptr, f.arg_out, f.rarg_ptr, f.rarg_idx, f.rout_ptr,
+                                    f.rout_idx, f.returned)
+    return _k.emit_events(ckind, cnode, slot, start, last, dropped, f.n_out, f.fpos, f.out_ptr,
+                          f.out_node, f.out_bytes, f.state, f.stoch, f.seed, f.grad_out)
 
 
-def _fold(g, events):
-    F = g.facts
-    mem = _Buffers()
-    val, state = {}, {}          # (node, k) -> buffer; node -> buffer
-    pending = {}                 # gradient target -> buffer: ("n", node, k) or ("e", ext)
-    popped = {}                  # node -> {k: buffer} of the output gradients being used
-    grad_outputs = _grad_outputs(g)
-    timeline = np.zeros(len(events), dtype=np.int64)
-    highs = np.zeros(len(events), dtype=np.int64)
-    for i, ev in enumerate(events):
-        v = g.index[ev.node]
-        nf = F.nodes[v]
-        before = mem.used
-        extra = 0
-        if ev.kind in ("forward", "recompute"):
-            for k, p in enumerate(nf.output_views):
-                if p >= 0:
-                    s, sk = nf.args[p]
-                    val[v, k] = mem.ref(val.get((s, sk))) if s >= 0 else None
-                else:
-                    val[v, k] = mem.new(nf.outputs[k])
-            if nf.state and not (ev.kind == "recompute" and nf.stochastic):
-                state[v] = mem.new(nf.state)
-            extra = max(0, nf.forward_peak - (mem.used - before))
-        elif ev.kind in ("drop", "free_value"):
-            for k in ev.outputs:
-                mem.unref(val.pop((v, k)))
-        elif ev.kind == "free_state":
-            mem.unref(state.pop(v))
-        elif ev.kind == "seed_grad":
-            pending["n", v, ev.outputs[0]] = mem.new(ev.bytes)
-        elif ev.kind == "backward":
-            popped[v] = {k: pending.pop(("n", v, k)) for k in grad_outputs[v]}
-            high = _backward_grads(F, v, nf, mem, pending, popped[v])
-            extra = max(0, nf.backward_peak - (high - before)) + (high - mem.used)
-        elif ev.kind == "free_grad":
-            for b in popped.pop(v).values():
-                mem.unref(b)
-        timeline[i] = mem.used
-        highs[i] = mem.used + extra
-    resident = F.resident
-    timeline += resident
-    highs += resident
-    top = int(highs.max()) if len(highs) else resident
-    idx = int(np.argmax(highs)) if len(highs) and top > resident else -1
-    return MemoryFold(timeline=timeline, highs=highs, resident=resident,
-                      peak=max(resident, top), peak_index=idx)
+def _plain_arrays(g):
+    """The plain step: every forward in order, a value freed after the forward where the
+    recorded run freed it, the backward pass with gradients freed after each backward."""
+    f = flat_facts(g)
+    kind, node, nbytes, outs = [], [], [], []
+    frees = [[] for _ in range(f.n)]
+    for o in np.flatnonzero(f.plain_free >= 0).tolist():
+        frees[int(f.plain_free[o])].append(o)
+    for q, v in enumerate(f.fwd.tolist()):
+        lo, hi = int(f.out_ptr[v]), int(f.out_ptr[v + 1])
+        kind.append(_k.FORWARD), node.append(v), outs.append(list(range(hi - lo)))
+        nbytes.append(int(f.out_bytes[lo:hi].sum() + f.state[v]))
+        if q == f.n - 1:
+            for o in np.flatnonzero(f.seed).tolist():
+                u = int(f.out_node[o])
+                kind.append(_k.SEED_GRAD), node.append(u), nbytes.append(int(f.out_bytes[o]))
+                outs.append([o - int(f.out_ptr[u])])
+        for u in sorted({int(f.out_node[o]) for o in frees[q]}, key=f.fpos.__getitem__):
+            ks = sorted(o - int(f.out_ptr[u]) for o in frees[q] if f.out_node[o] == u)
+            kind.append(_k.FREE_VALUE), node.append(u), outs.append(ks)
+            nbytes.append(int(sum(f.out_bytes[int(f.out_ptr[u]) + k] for k in ks)))
+    for j in f.bwd.tolist():
+        lo, hi = int(f.out_ptr[j]), int(f.out_ptr[j + 1])
+        b = int(f.out_bytes[lo:hi][f.grad_out[lo:hi]].sum())
+        kind.append(_k.BACKWARD), node.append(j), nbytes.append(b), outs.append([])
+        if b:
+            kind.append(_k.FREE_GRAD), node.append(j), nbytes.append(b), outs.append([])
+    optr = _i64([0] + list(np.cumsum([len(o) for o in outs])))
+    return _i64(kind), _i64(node), _i64(nbytes), optr, _i64([k for o in outs for k in o])
 
 
-def _backward_grads(F, v, nf, mem, pending, gy):
-    """Allocate node v's input gradients and sum them into the pending ones (in argument
-    order, as Chainer's backprop_step does); return the highest bytes in use meanwhile."""
-    order, new = [], {}
-    for p, ((s, k), gives) in enumerate(zip(nf.args, nf.grad_args)):
-        if not gives:
-            continue
-        target = ("n", s, k) if s >= 0 else ("e", ~s)
-        size = F.nodes[s].outputs[k] if s >= 0 else F.externals[~s][1]
-        view = nf.grad_views[p]
-        b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(size)
-        if target not in new:
-            order.append((target, size))
-            new[target] = []
-        new[target].append(b)
-    high = mem.used
-    for target, size in order:
-        arrays = ([pending[target]] if target in pending else []) + new[target]
-        if len(arrays) == 1:
-            pending[target] = arrays[0]
-            continue
-        pending[target] = mem.new(size)
-        high = max(high, mem.used)
-        for b in arrays:
-            mem.unref(b)
-    return high
+def _fold(g, arrays):
+    f = flat_facts(g)
+    kind, node, nbytes, optr, oidx = arrays
+    timeline, highs = _k.fold(kind, node, nbytes, optr, oidx, f.resident, f.n_out, f.n_targets,
+                              f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
+                              f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out,
+                              f.fpeak, f.bpeak)
+    top = int(highs.max()) if highs.size else f.resident
+    idx = int(np.argmax(highs)) if highs.size and top > f.resident else -1
+    return MemoryFold(timeline=timeline, highs=highs, resident=f.resident,
+                      peak=max(f.resident, top), peak_index=idx)

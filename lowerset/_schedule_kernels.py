@@ -1,0 +1,461 @@
+"""Numba kernels of the execution schedule (:mod:`lowerset.scheduling`).
+
+Every function here is ``@njit(cache=True)``, takes only contiguous ndarrays and scalars, and
+never raises. The graph's execution facts arrive flattened (:class:`lowerset.scheduling.Flat`):
+
+- node ids ``0..n-1``; ``fwd`` is the forward order, ``fpos[v]`` its inverse, ``bwd`` the
+  backward order;
+- outputs are numbered ``0..n_out-1``: node ``v`` owns ``out_ptr[v]:out_ptr[v+1]``;
+  ``out_view[o]`` is -1 (owns its memory), -2 (a view of an external array) or the output it is
+  a view of;
+- arguments are numbered ``0..n_args-1``: node ``v`` owns ``arg_ptr[v]:arg_ptr[v+1]``;
+  ``arg_out[a]`` is the output it reads or -1 (external); ``arg_target[a]`` numbers the array
+  whose gradient it receives (outputs first, then externals);
+- ``rarg`` and ``rout`` (CSR by node) list the arguments and outputs a backward reads.
+
+Event kinds are the integer codes of :data:`EVENT_CODES`; the event arrays are ``kind``,
+``node``, ``nbytes`` (int64, one entry per event) and the outputs of each event in CSR form
+(``optr``, ``oidx``, output indexes local to the node).
+
+References: Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy; liveness analysis).
+"""
+
+import numpy as np
+from numba import njit
+
+FORWARD, DROP, FREE_VALUE, FREE_STATE, SEED_GRAD, RECOMPUTE, BACKWARD, FREE_GRAD = range(8)
+EVENT_CODES = ("forward", "drop", "free_value", "free_state", "seed_grad", "recompute",
+               "backward", "free_grad")
+
+
+@njit(cache=True)
+def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg_ptr,
+                   rarg_idx, rout_ptr):
+    """Pass 1: the forward, recompute and backward events of a hooked step, in order.
+
+    Parameters
+    ----------
+    dropped : ndarray of bool, shape (n,)
+        The strategy drops the node's outputs after the forward pass.
+    fwd, fpos : ndarray of int64, shape (n,)
+    bwd : ndarray of int64, shape (nb,)
+    state : ndarray of int64, shape (n,)
+        State bytes.
+    stoch : ndarray of bool, shape (n,)
+    arg_ptr, arg_node, rarg_ptr, rarg_idx, rout_ptr : ndarray of int64
+        See the module docstring (``arg_node[a]`` is the producing node or -1).
+
+    Returns
+    -------
+    kind, node : ndarray of int64, shape (#compute events,)
+        FORWARD for every node in forward order; then, per node of `bwd`, the RECOMPUTE of the
+        dropped values its backward needs (transitively through dropped inputs; forward order),
+        then its BACKWARD. A recomputed value is never recomputed again.
+    """
+    n = fwd.shape[0]
+    cap = 2 * n + bwd.shape[0]
+    kind = np.empty(cap, dtype=np.int64)
+    node = np.empty(cap, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        kind[c] = FORWARD
+        node[c] = fwd[i]
+        c += 1
+    missing = dropped.copy()
+    in_todo = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n + arg_node.shape[0] + 1, dtype=np.int64)
+    todo = np.empty(n, dtype=np.int64)
+    for j in bwd:
+        ns = 0
+        if missing[j] and (rout_ptr[j + 1] > rout_ptr[j] or (state[j] > 0 and not stoch[j])):
+            stack[ns] = j
+            ns += 1
+        for r in range(rarg_ptr[j], rarg_ptr[j + 1]):
+            s = arg_node[rarg_idx[r]]
+            if s >= 0 and missing[s]:
+                stack[ns] = s
+                ns += 1
+        nt = 0
+        while ns > 0:  # the dropped values needed, and the dropped inputs that make them
+            ns -= 1
+            v = stack[ns]
+            if in_todo[v]:
+                continue
+            in_todo[v] = True
+            todo[nt] = v
+            nt += 1
+            for a in range(arg_ptr[v], arg_ptr[v + 1]):
+                s = arg_node[a]
+                if s >= 0 and missing[s] and not in_todo[s]:
+                    stack[ns] = s
+                    ns += 1
+        order = np.argsort(fpos[todo[:nt]])
+        for i in order:
+            v = todo[i]
+            kind[c] = RECOMPUTE
+            node[c] = v
+            c += 1
+            missing[v] = False
+            in_todo[v] = False
+        kind[c] = BACKWARD
+        node[c] = j
+        c += 1
+    return kind[:c], node[:c]
+
+
+@njit(cache=True)
+def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_ptr, rarg_idx,
+             rout_ptr, rout_idx, returned):
+    """Pass 2: the last read of every materialization of every array.
+
+    Slots ``0..n_out-1`` are outputs, ``n_out + v`` the state of node ``v``. A FORWARD or
+    RECOMPUTE of ``v`` writes ``v``'s outputs and its state (a stochastic recomputation reuses
+    the state: it reads it) and reads all ``v``'s arguments; a BACKWARD reads the arguments in
+    ``rarg``, the outputs in ``rout`` and its state. A write closes the slot's previous
+    materialization. Returned outputs stay open (never freed).
+
+    Returns
+    -------
+    slot, start, last : ndarray of int64, shape (#materializations,)
+        Each closed materialization: its slot, the compute event that made it and the index of
+        its last read (its own index when it is never read).
+    """
+    n = state.shape[0]
+    n_slot = n_out + n
+    open_at = np.full(n_slot, -1, dtype=np.int64)
+    last = np.zeros(n_slot, dtype=np.int64)
+    cap = 2 * n_slot + ckind.shape[0] + 1
+    r_slot = np.empty(cap, dtype=np.int64)
+    r_start = np.empty(cap, dtype=np.int64)
+    r_last = np.empty(cap, dtype=np.int64)
+    r = 0
+    for e in range(ckind.shape[0]):
+        k = ckind[e]
+        v = cnode[e]
+        if k == BACKWARD:
+            for i in range(rarg_ptr[v], rarg_ptr[v + 1]):
+                o = arg_out[rarg_idx[i]]
+                if o >= 0:
+                    last[o] = e
+            for i in range(rout_ptr[v], rout_ptr[v + 1]):
+                last[rout_idx[i]] = e
+            if state[v] > 0:
+                last[n_out + v] = e
+            continue
+        for a in range(arg_ptr[v], arg_ptr[v + 1]):
+            o = arg_out[a]
+            if o >= 0:
+                last[o] = e
+        makes_state = state[v] > 0
+        if k == RECOMPUTE and stoch[v]:
+            makes_state = False
+            if state[v] > 0:
+                last[n_out + v] = e
+        for x in range(out_ptr[v], out_ptr[v + 1]):
+            r = _open(x, e, open_at, last, r_slot, r_start, r_last, r)
+        if makes_state:
+            r = _open(n_out + v, e, open_at, last, r_slot, r_start, r_last, r)
+    for x in range(n_slot):
+        if open_at[x] >= 0 and not (x < n_out and returned[x]):
+            r_slot[r] = x
+            r_start[r] = open_at[x]
+            r_last[r] = last[x]
+            r += 1
+    return r_slot[:r], r_start[:r], r_last[:r]
+
+
+@njit(cache=True)
+def _open(x, e, open_at, last, r_slot, r_start, r_last, r):
+    """Slot `x` is written by compute event `e`: close its open materialization (recording it
+    at index `r`) and open a new one. Return the next record index."""
+    if open_at[x] >= 0:
+        r_slot[r] = x
+        r_start[r] = open_at[x]
+        r_last[r] = last[x]
+        r += 1
+    open_at[x] = e
+    last[x] = e
+    return r
+
+
+@njit(cache=True)
+def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out_ptr,
+                out_node, out_bytes, state, stoch, seed, grad_out):
+    """Pass 2, second half: the ordered events of a hooked step.
+
+    After each compute event: the seeds' initial gradients (after the last forward), the
+    node's output gradients (after a backward), then the states and the values whose last read
+    it was: states in forward order, then values grouped per node (forward order), a DROP for
+    the forward copy of a dropped value and FREE_VALUE otherwise.
+
+    Returns
+    -------
+    kind, node, nbytes, optr, oidx : ndarray of int64
+        The events (see the module docstring).
+    """
+    n_c = ckind.shape[0]
+    n_r = r_slot.shape[0]
+    cap = n_c + n_r + n_out + 2
+    kind = np.empty(cap, dtype=np.int64)
+    node = np.empty(cap, dtype=np.int64)
+    nbytes = np.empty(cap, dtype=np.int64)
+    optr = np.zeros(cap + 1, dtype=np.int64)
+    oidx = np.empty(3 * n_out + n_r + 2, dtype=np.int64)
+    # bucket the closed materializations by their last read
+    cnt = np.zeros(n_c + 1, dtype=np.int64)
+    for i in range(n_r):
+        cnt[r_last[i] + 1] += 1
+    for e in range(n_c):
+        cnt[e + 1] += cnt[e]
+    fill = cnt[:-1].copy()
+    order = np.empty(n_r, dtype=np.int64)
+    for i in range(n_r):
+        order[fill[r_last[i]]] = i
+        fill[r_last[i]] += 1
+    n = state.shape[0]
+    stride = n_out + 1
+    last_forward = -1
+    for e in range(n_c):
+        if ckind[e] == FORWARD:
+            last_forward = e
+    ev = 0
+    no = 0
+    for e in range(n_c):
+        v = cnode[e]
+        k = ckind[e]
+        kind[ev] = k
+        node[ev] = v
+        if k == BACKWARD:
+            b = 0
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                if grad_out[o]:
+                    b += out_bytes[o]
+            nbytes[ev] = b
+        else:
+            b = 0
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                b += out_bytes[o]
+                oidx[no] = o - out_ptr[v]
+                no += 1
+            if state[v] > 0 and not (k == RECOMPUTE and stoch[v]):
+                b += state[v]
+            nbytes[ev] = b
+        ev += 1
+        optr[ev] = no
+        if e == last_forward:
+            for o in range(n_out):
+                if seed[o]:
+                    kind[ev] = SEED_GRAD
+                    node[ev] = out_node[o]
+                    nbytes[ev] = out_bytes[o]
+                    oidx[no] = o - out_ptr[out_node[o]]
+                    no += 1
+                    ev += 1
+                    optr[ev] = no
+        if k == BACKWARD:
+            b = 0
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                if grad_out[o]:
+                    b += out_bytes[o]
+            if b > 0:
+                kind[ev] = FREE_GRAD
+                node[ev] = v
+                nbytes[ev] = b
+                ev += 1
+                optr[ev] = no
+        lo, hi = cnt[e], cnt[e + 1]
+        if lo == hi:
+            continue
+        # order: states by forward position, then values by (node position, kind, output)
+        keys = np.empty(hi - lo, dtype=np.int64)
+        for i in range(lo, hi):
+            x = r_slot[order[i]]
+            if x >= n_out:
+                keys[i - lo] = fpos[x - n_out]
+            else:
+                u = out_node[x]
+                is_drop = dropped[u] and ckind[r_start[order[i]]] == FORWARD
+                keys[i - lo] = n + (fpos[u] * 2 + (0 if is_drop else 1)) * stride + x
+        srt = np.argsort(keys)
+        i = 0
+        while i < hi - lo:
+            x = r_slot[order[lo + srt[i]]]
+            if x >= n_out:
+                u = x - n_out
+                kind[ev] = FREE_STATE
+                node[ev] = u
+                nbytes[ev] = state[u]
+                ev += 1
+                optr[ev] = no
+                i += 1
+                continue
+            u = out_node[x]
+            group = (keys[srt[i]] - n) // stride
+            kind[ev] = DROP if group % 2 == 0 else FREE_VALUE
+            node[ev] = u
+            b = 0
+            while i < hi - lo and keys[srt[i]] >= n and (keys[srt[i]] - n) // stride == group:
+                x = r_slot[order[lo + srt[i]]]
+                b += out_bytes[x]
+                oidx[no] = x - out_ptr[u]
+                no += 1
+                i += 1
+            nbytes[ev] = b
+            ev += 1
+            optr[ev] = no
+    return kind[:ev], node[:ev], nbytes[:ev], optr[:ev + 1], oidx[:no]
+
+
+@njit(cache=True)
+def _new(bsize, brefs, nb, nbytes):
+    bsize[nb] = nbytes
+    brefs[nb] = 1
+    return nb
+
+
+@njit(cache=True)
+def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, out_bytes,
+         out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out,
+         fpeak, bpeak):
+    """Pass 3: bytes in use after each event and at each event's highest point.
+
+    Memory is counted per buffer: a view shares its base's buffer (its bytes are in use while
+    any array refers to it). A FORWARD or RECOMPUTE allocates the outputs that are not views and
+    the state; a BACKWARD takes its outputs' pending gradients, allocates one gradient per
+    argument it gives one to (a view of an output gradient when ``arg_gview`` says so), then
+    sums each into the pending gradient of its target in argument order (one new array per
+    target with more than one gradient). The initial gradient of a seed is also held by the
+    caller for the whole step. An event's highest point is its start level plus the larger of
+    what it allocates (for a BACKWARD with its sums) and its measured peak (`fpeak`, `bpeak`).
+
+    Returns
+    -------
+    timeline, highs : ndarray of int64, shape (#events,)
+        Bytes in use (resident included) after each event and at its highest point.
+    """
+    n_ev = kind.shape[0]
+    n = state.shape[0]
+    cap = 4 * n_out + 2 * n + 2 * arg_ptr[n] + 8
+    bsize = np.zeros(cap, dtype=np.int64)
+    brefs = np.zeros(cap, dtype=np.int64)
+    nb = 0
+    val = np.full(n_out, -1, dtype=np.int64)
+    sbuf = np.full(n, -1, dtype=np.int64)
+    pend = np.full(n_targets, -1, dtype=np.int64)
+    gy = np.full(n_out, -1, dtype=np.int64)
+    gx = np.empty(max(1, arg_ptr[n]), dtype=np.int64)
+    timeline = np.empty(n_ev, dtype=np.int64)
+    highs = np.empty(n_ev, dtype=np.int64)
+    used = 0
+    for i in range(n_ev):
+        if nb + 2 * (arg_ptr[n] + n_out) + 8 > cap:  # grow the buffer table
+            cap *= 2
+            bsize = _grown(bsize, cap)
+            brefs = _grown(brefs, cap)
+        k = kind[i]
+        v = node[i]
+        before = used
+        extra = 0
+        if k == FORWARD or k == RECOMPUTE:
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                w = out_view[o]
+                if w == -1:
+                    val[o] = _new(bsize, brefs, nb, out_bytes[o])
+                    nb += 1
+                    used += out_bytes[o]
+                elif w == -2 or val[w] < 0:
+                    val[o] = -2
+                else:
+                    val[o] = val[w]
+                    brefs[val[w]] += 1
+            if state[v] > 0 and not (k == RECOMPUTE and stoch[v]):
+                sbuf[v] = _new(bsize, brefs, nb, state[v])
+                nb += 1
+                used += state[v]
+            extra = max(0, fpeak[v] - (used - before))
+        elif k == DROP or k == FREE_VALUE:
+            for j in range(optr[i], optr[i + 1]):
+                o = out_ptr[v] + oidx[j]
+                used -= _unref(bsize, brefs, val[o])
+                val[o] = -1
+        elif k == FREE_STATE:
+            used -= _unref(bsize, brefs, sbuf[v])
+            sbuf[v] = -1
+        elif k == SEED_GRAD:
+            o = out_ptr[v] + oidx[optr[i]]
+            pend[o] = _new(bsize, brefs, nb, nbytes[i])
+            brefs[nb] += 1  # the caller holds the initial gradient too
+            nb += 1
+            used += nbytes[i]
+        elif k == BACKWARD:
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                if grad_out[o]:
+                    gy[o] = pend[o]
+                    pend[o] = -1
+            for a in range(arg_ptr[v], arg_ptr[v + 1]):
+                if not arg_grad[a]:
+                    continue
+                w = arg_gview[a]
+                if w >= 0 and gy[out_ptr[v] + w] >= 0:
+                    gx[a] = gy[out_ptr[v] + w]
+                    brefs[gx[a]] += 1
+                else:
+                    gx[a] = _new(bsize, brefs, nb, arg_size[a])
+                    nb += 1
+                    used += arg_size[a]
+            high = used
+            for a in range(arg_ptr[v], arg_ptr[v + 1]):
+                if not arg_grad[a]:
+                    continue
+                t = arg_target[a]
+                first = True
+                for a2 in range(arg_ptr[v], a):
+                    if arg_grad[a2] and arg_target[a2] == t:
+                        first = False
+                if not first:
+                    continue
+                count = 1 if pend[t] >= 0 else 0
+                for a2 in range(a, arg_ptr[v + 1]):
+                    if arg_grad[a2] and arg_target[a2] == t:
+                        count += 1
+                if count == 1:
+                    pend[t] = gx[a]
+                    continue
+                s = _new(bsize, brefs, nb, arg_size[a])
+                nb += 1
+                used += arg_size[a]
+                if used > high:
+                    high = used
+                if pend[t] >= 0:
+                    used -= _unref(bsize, brefs, pend[t])
+                for a2 in range(a, arg_ptr[v + 1]):
+                    if arg_grad[a2] and arg_target[a2] == t:
+                        used -= _unref(bsize, brefs, gx[a2])
+                pend[t] = s
+            extra = max(0, bpeak[v] - (high - before)) + (high - used)
+        elif k == FREE_GRAD:
+            for o in range(out_ptr[v], out_ptr[v + 1]):
+                if gy[o] >= 0:
+                    used -= _unref(bsize, brefs, gy[o])
+                    gy[o] = -1
+        timeline[i] = used + resident
+        highs[i] = used + extra + resident
+    return timeline, highs
+
+
+@njit(cache=True)
+def _unref(bsize, brefs, b):
+    """Drop one reference to buffer `b`; return the bytes released (0 while others remain)."""
+    if b < 0:
+        return 0
+    brefs[b] -= 1
+    if brefs[b] == 0:
+        return bsize[b]
+    return 0
+
+
+@njit(cache=True)
+def _grown(arr, cap):
+    out = np.zeros(cap, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
