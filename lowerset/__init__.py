@@ -12,11 +12,11 @@ from .lowersets import *  # noqa: F401,F403
 from .strategy import *  # noqa: F401,F403
 from .dp import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from .liveness import *  # noqa: F401,F403
 from .scheduling import *  # noqa: F401,F403
-from . import exceptions, execution, graph, lowersets, strategy, dp, io, liveness, scheduling, baselines
+from .planner import *  # noqa: F401,F403
+from . import exceptions, execution, graph, lowersets, strategy, dp, io, scheduling, planner, baselines
 
 __version__ = "0.1.0"
 
 __all__ = (exceptions.__all__ + execution.__all__ + graph.__all__ + lowersets.__all__ + strategy.__all__ + dp.__all__
-           + io.__all__ + liveness.__all__ + scheduling.__all__)
+           + io.__all__ + scheduling.__all__ + planner.__all__)

@@ -45,7 +45,8 @@ class StrategyError(LowersetError, ValueError):
 
 
 class InfeasibleBudgetError(LowersetError):
-    """No canonical strategy has peak memory (eq. 2) within the budget.
+    """No canonical strategy fits the budget (the step's schedule peak, or eq. (2) for the
+    paper's model).
 
     Attributes
     ----------
@@ -59,11 +60,12 @@ class InfeasibleBudgetError(LowersetError):
         self.budget = int(budget)
         self.min_budget = None if min_budget is None else int(min_budget)
         self.method = method
-        msg = f"budget {self.budget} bytes is infeasible"
+        msg = f"budget {self.budget} bytes ({self.budget / 1e9:.3f} GB) is infeasible"
         if method is not None:
             msg += f" for method={method!r}"
         if self.min_budget is not None:
-            msg += f"; the minimal feasible budget is {self.min_budget} bytes"
+            msg += (f"; the minimal feasible budget is {self.min_budget} bytes "
+                    f"({self.min_budget / 1e9:.3f} GB)")
         super().__init__(msg)
 
 

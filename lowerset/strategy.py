@@ -155,6 +155,15 @@ class CanonicalStrategy:
     def recomputed(self):
         return self.graph.nodes_of(self._recomputed_mask)
 
+    @cached_property
+    def schedule(self):
+        """The :class:`~lowerset.Schedule` of a training step under this strategy (computed
+        once): its peak in bytes and the overhead the executor really pays,
+        ``schedule.recompute_cost``."""
+        from .scheduling import schedule
+
+        return schedule(self)
+
     def masks(self):
         """Return the bool masks (shape (n,), node ids of ``graph.labels``) of L_1, ..., L_k."""
         return [m.copy() for m in self._masks]

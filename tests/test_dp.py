@@ -129,23 +129,23 @@ def check_against_bruteforce(g, method):
             assert B < mb
             for mode in ("time", "memory"):
                 with pytest.raises(ls.InfeasibleBudgetError) as info:
-                    ls.solve(g, B, mode=mode, method=method)
+                    ls.dp.solve(g, B, mode=mode, method=method)
                 assert info.value.budget == B and info.value.min_budget == mb
             continue
-        s = ls.solve(g, B, mode="time", method=method)
+        s = ls.dp.solve(g, B, mode="time", method=method)
         check_strategy(g, s, B, "time", method)
         assert s.overhead == tc, f"time-centric at B={B}"
-        m = ls.solve(g, B, mode="memory", method=method)
+        m = ls.dp.solve(g, B, mode="memory", method=method)
         check_strategy(g, m, B, "memory", method)
         assert m.overhead == mc, f"memory-centric at B={B}"
         # the time-centric optimum never rises as the budget grows
         assert previous_tc is None or tc <= previous_tc
         previous_tc = tc
     # budget=None means the minimal budget of the method
-    assert ls.solve(g, method=method).budget == mb
+    assert ls.dp.solve(g, method=method).budget == mb
     if mb > 0:
         with pytest.raises(ls.InfeasibleBudgetError, match=f"minimal feasible budget is {mb}"):
-            ls.solve(g, mb - 1, method=method)
+            ls.dp.solve(g, mb - 1, method=method)
 
 
 # -- the oracle itself ----------------------------------------------------------------------------
@@ -230,19 +230,19 @@ def test_approx_never_beats_exact(g, data):
     mb_approx = ls.min_budget(g, "approx")
     assert mb_approx >= mb_exact
     B = data.draw(st.integers(mb_approx, 2 * g.total_memory() + 1), label="budget")
-    e = ls.solve(g, B, "time", "exact")
-    a = ls.solve(g, B, "time", "approx")
+    e = ls.dp.solve(g, B, "time", "exact")
+    a = ls.dp.solve(g, B, "time", "approx")
     assert a.overhead >= e.overhead
     assert a.peak_memory <= B and e.peak_memory <= B
-    em = ls.solve(g, B, "memory", "exact")
-    am = ls.solve(g, B, "memory", "approx")
+    em = ls.dp.solve(g, B, "memory", "exact")
+    am = ls.dp.solve(g, B, "memory", "approx")
     assert am.overhead <= em.overhead
     assert e.overhead <= em.overhead
     if mb_approx > mb_exact:
         with pytest.raises(ls.InfeasibleBudgetError) as info:
-            ls.solve(g, mb_exact, method="approx")
+            ls.dp.solve(g, mb_exact, method="approx")
         assert info.value.min_budget == mb_approx
-        assert ls.solve(g, mb_exact, method="exact").peak_memory <= mb_exact
+        assert ls.dp.solve(g, mb_exact, method="exact").peak_memory <= mb_exact
 
 
 @settings(max_examples=examples(0.6))
@@ -255,9 +255,9 @@ def test_monotone_in_budget(g, data):
                                label="budgets"))
     prev_t, prev_m = None, None
     for B in budgets:
-        s = ls.solve(g, B)
+        s = ls.dp.solve(g, B)
         check_strategy(g, s, B, "time", "exact")
-        m = ls.solve(g, B, mode="memory")
+        m = ls.dp.solve(g, B, mode="memory")
         check_strategy(g, m, B, "memory", "exact")
         assert s.overhead <= m.overhead <= g.total_cost()
         if prev_t is not None:
@@ -265,8 +265,8 @@ def test_monotone_in_budget(g, data):
             assert m.overhead >= prev_m  # and never shrinks the largest feasible overhead
         prev_t, prev_m = s.overhead, m.overhead
     # with 2 M(V) every sequence fits: the time-centric optimum caches every boundary
-    s = ls.solve(g, top)
-    assert s.overhead == ls.solve(g, 10 * top + 1).overhead
+    s = ls.dp.solve(g, top)
+    assert s.overhead == ls.dp.solve(g, 10 * top + 1).overhead
 
 
 @settings(max_examples=examples(0.6))
@@ -279,8 +279,8 @@ def test_exact_equals_naive_dp_medium(g, data):
     mb = ls.min_budget(g)
     assert mb == naive_min_budget(g)
     B = data.draw(st.integers(mb, 2 * g.total_memory()), label="budget")
-    assert ls.solve(g, B).overhead == naive_solve(g, B, False)
-    assert ls.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
+    assert ls.dp.solve(g, B).overhead == naive_solve(g, B, False)
+    assert ls.dp.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
 
 
 def test_exact_equals_naive_dp_large_fronts():
@@ -299,8 +299,8 @@ def test_exact_equals_naive_dp_large_fronts():
     mb = ls.min_budget(g)
     assert mb == naive_min_budget(g)
     for B in (mb, mb + 1000, (mb + 2 * g.total_memory()) // 2, 2 * g.total_memory()):
-        assert ls.solve(g, B).overhead == naive_solve(g, B, False)
-        assert ls.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
+        assert ls.dp.solve(g, B).overhead == naive_solve(g, B, False)
+        assert ls.dp.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
 
 
 @pytest.mark.parametrize("shape", ["chain", "wide"])
@@ -322,15 +322,15 @@ def test_multiword_graphs_against_naive_dp(shape):
     mb = ls.min_budget(g)
     assert mb == naive_min_budget(g, family)
     for B in (mb, mb + 5, 2 * g.total_memory()):
-        s = ls.solve(g, B)
+        s = ls.dp.solve(g, B)
         check_strategy(g, s, B, "time", "exact")
         assert s.overhead == naive_solve(g, B, False, family)
-        m = ls.solve(g, B, mode="memory")
+        m = ls.dp.solve(g, B, mode="memory")
         check_strategy(g, m, B, "memory", "exact")
         assert m.overhead == naive_solve(g, B, True, family)
     if shape == "chain":  # the pruned family of a path is all of L_G
         assert ls.min_budget(g, "approx") == mb
-        assert ls.solve(g, mb + 5, method="approx").overhead == ls.solve(g, mb + 5).overhead
+        assert ls.dp.solve(g, mb + 5, method="approx").overhead == ls.dp.solve(g, mb + 5).overhead
 
 
 def test_naive_dp_matches_bruteforce():
@@ -352,7 +352,7 @@ class TestFixed:
     def test_chain_docstring(self):
         g = ls.Graph.chain(4, memory=10)
         assert ls.min_budget(g) == 50
-        s = ls.solve(g, budget=50, mode="time")
+        s = ls.dp.solve(g, budget=50, mode="time")
         assert (s.overhead, s.peak_memory) == (1, 50)
 
     def test_several_sinks(self):
@@ -375,7 +375,7 @@ class TestFixed:
     def test_zero_memory(self):
         g = ls.Graph.chain(4, memory=0)
         assert ls.min_budget(g) == 0
-        s = ls.solve(g, 0)
+        s = ls.dp.solve(g, 0)
         assert s.peak_memory == 0 and s.overhead == 1
 
     def test_min_budget_strategy_approx(self):
@@ -399,8 +399,8 @@ def test_huge_memories():
     mb = ls.min_budget(g)
     assert mb == brute_min_budget(g, sequences=seqs)
     for B in (mb, 2 * g.total_memory()):
-        assert ls.solve(g, B).overhead == brute_time_centric(g, B, sequences=seqs)
-        assert ls.solve(g, B, mode="memory").overhead == brute_memory_centric(g, B, sequences=seqs)
+        assert ls.dp.solve(g, B).overhead == brute_time_centric(g, B, sequences=seqs)
+        assert ls.dp.solve(g, B, mode="memory").overhead == brute_memory_centric(g, B, sequences=seqs)
 
 
 class TestErrors:
@@ -410,7 +410,7 @@ class TestErrors:
                                     {"method": "Exact"}])
     def test_unknown_mode_or_method(self, kw):
         with pytest.raises(ValueError, match="unknown"):
-            ls.solve(self.g, 10, **kw)
+            ls.dp.solve(self.g, 10, **kw)
 
     def test_min_budget_unknown_method(self):
         with pytest.raises(ValueError, match="unknown method 'dp'"):
@@ -419,30 +419,30 @@ class TestErrors:
     @pytest.mark.parametrize("budget", [-1, 2.5, 10.0, True, "10"])
     def test_bad_budget(self, budget):
         with pytest.raises(ValueError, match="budget must be a non-negative integer"):
-            ls.solve(self.g, budget)
+            ls.dp.solve(self.g, budget)
 
     @pytest.mark.parametrize("mode", ["time", "memory"])
     def test_budget_beyond_int64(self, mode):
         # regression: budgets >= 2**63 used to raise OverflowError; they are no constraint
         g = ls.Graph.chain(3)
-        s = ls.solve(g, 10**20, mode=mode)
-        assert s.overhead == ls.solve(g, 2 * g.total_memory(), mode=mode).overhead
+        s = ls.dp.solve(g, 10**20, mode=mode)
+        assert s.overhead == ls.dp.solve(g, 2 * g.total_memory(), mode=mode).overhead
         assert s.budget == 10**20
 
     def test_budget_at_int64_max(self):
         g = ls.Graph.chain(3)
-        assert ls.solve(g, 2**63 - 1).overhead == 1
-        assert ls.solve(g, 2**63 - 1, mode="memory").overhead == 3
+        assert ls.dp.solve(g, 2**63 - 1).overhead == 1
+        assert ls.dp.solve(g, 2**63 - 1, mode="memory").overhead == 3
 
     def test_numpy_integer_budget(self):
         import numpy as np
 
-        assert ls.solve(self.g, np.int64(6)).budget == 6
+        assert ls.dp.solve(self.g, np.int64(6)).budget == 6
 
     @pytest.mark.parametrize("limit", [0, -1.0, "1"])
     def test_bad_time_limit(self, limit):
         with pytest.raises(ValueError, match="time_limit"):
-            ls.solve(self.g, 10, time_limit=limit)
+            ls.dp.solve(self.g, 10, time_limit=limit)
         with pytest.raises(ValueError, match="time_limit"):
             ls.min_budget(self.g, time_limit=limit)
 
@@ -450,12 +450,12 @@ class TestErrors:
     @pytest.mark.parametrize("limit", [float("nan"), True])
     def test_time_limit_nan_or_bool(self, limit):
         with pytest.raises(ValueError, match="time_limit"):
-            ls.solve(self.g, 10, time_limit=limit)
+            ls.dp.solve(self.g, 10, time_limit=limit)
 
     def test_infeasible_carries_budgets(self):
         g = ls.Graph.chain(4, memory=10)
         with pytest.raises(ls.InfeasibleBudgetError) as info:
-            ls.solve(g, 49, mode="memory")
+            ls.dp.solve(g, 49, mode="memory")
         assert (info.value.budget, info.value.min_budget, info.value.method) == (49, 50, "exact")
         assert "49" in str(info.value) and "50" in str(info.value)
         assert not issubclass(ls.InfeasibleBudgetError, ValueError)
@@ -463,12 +463,12 @@ class TestErrors:
     def test_max_lower_sets_small_graph(self):
         g = ls.Graph(range(8), [], dict.fromkeys(range(8), 1), dict.fromkeys(range(8), 1))
         with pytest.raises(ls.SearchLimitError) as info:
-            ls.solve(g, 100, max_lower_sets=255)
+            ls.dp.solve(g, 100, max_lower_sets=255)
         assert info.value.limit == "max_lower_sets"
         with pytest.raises(ls.SearchLimitError):
             ls.min_budget(g, max_lower_sets=255)
         # the approximate DP does not enumerate L_G
-        assert ls.solve(g, 100, method="approx", max_lower_sets=1).peak_memory <= 100
+        assert ls.dp.solve(g, 100, method="approx", max_lower_sets=1).peak_memory <= 100
 
 
 # -- the authors' graphs (paper Sec. 5) ------------------------------------------------------------
@@ -519,18 +519,18 @@ class TestAuthorsGraphs:
         mba = ls.min_budget(g, "approx")
         assert mba >= mb and s.peak_memory == mb
         with pytest.raises(ls.InfeasibleBudgetError) as info:
-            ls.solve(g, mb - 1)
+            ls.dp.solve(g, mb - 1)
         assert info.value.min_budget == mb
         with pytest.raises(ls.InfeasibleBudgetError):
-            ls.solve(g, mba - 1, method="approx")
+            ls.dp.solve(g, mba - 1, method="approx")
         prev = None
         for B in (mba, (mba + 2 * g.total_memory()) // 2, 2 * g.total_memory()):
-            e = ls.solve(g, B)
-            a = ls.solve(g, B, method="approx")
+            e = ls.dp.solve(g, B)
+            a = ls.dp.solve(g, B, method="approx")
             check_strategy(g, e, B, "time", "exact")
             check_strategy(g, a, B, "time", "approx")
             assert a.overhead >= e.overhead
-            em = ls.solve(g, B, mode="memory")
+            em = ls.dp.solve(g, B, mode="memory")
             check_strategy(g, em, B, "memory", "exact")
             assert em.overhead >= e.overhead
             assert prev is None or e.overhead <= prev
@@ -544,13 +544,13 @@ class TestAuthorsGraphs:
         mb, s = ls.min_budget(g, "approx", return_strategy=True)
         assert s.peak_memory == mb < 2 * g.total_memory()
         with pytest.raises(ls.InfeasibleBudgetError) as info:
-            ls.solve(g, mb - 1, method="approx")
+            ls.dp.solve(g, mb - 1, method="approx")
         assert info.value.min_budget == mb
         prev = None
         for B in (mb, (mb + 2 * g.total_memory()) // 2):
-            t = ls.solve(g, B, method="approx")
+            t = ls.dp.solve(g, B, method="approx")
             check_strategy(g, t, B, "time", "approx")
-            m = ls.solve(g, B, mode="memory", method="approx")
+            m = ls.dp.solve(g, B, mode="memory", method="approx")
             check_strategy(g, m, B, "memory", "approx")
             assert t.overhead <= m.overhead <= g.total_cost()
             assert prev is None or t.overhead <= prev
@@ -567,7 +567,7 @@ class TestAuthorsGraphs:
         g = authors_graph("googlenet")
         mba = ls.min_budget(g, "approx")
         B = mba + (2 * g.total_memory() - mba) // 4
-        a = ls.solve(g, B, method="approx")
+        a = ls.dp.solve(g, B, method="approx")
         check_strategy(g, a, B, "time", "approx")
         assert ls.min_budget(g, "exact", time_limit=30) <= mba
 
@@ -578,7 +578,7 @@ class TestAuthorsGraphs:
         g = authors_graph("googlenet")
         start = time.perf_counter()
         with pytest.raises(ls.SearchLimitError) as info:
-            ls.solve(g, 10**12, method="exact", time_limit=1e-4)
+            ls.dp.solve(g, 10**12, method="exact", time_limit=1e-4)
         assert info.value.limit == "time_limit"
         with pytest.raises(ls.SearchLimitError) as info:
             ls.min_budget(g, "exact", time_limit=1e-4)
@@ -598,9 +598,9 @@ class TestAuthorsGraphs:
             if call == "min_budget":
                 ls.min_budget(g, time_limit=0.3)
             elif call == "solve":
-                ls.solve(g, 488112128, time_limit=0.3)
+                ls.dp.solve(g, 488112128, time_limit=0.3)
             else:
-                ls.solve(g, time_limit=0.3)
+                ls.dp.solve(g, time_limit=0.3)
         assert time.perf_counter() - start < 0.3 + 1.5
 
     @jit_only
@@ -612,12 +612,12 @@ class TestAuthorsGraphs:
         ls.count_lower_sets(g)  # enumerate once, outside the timing
         start = time.perf_counter()
         with pytest.raises((ls.SearchLimitError, ls.InfeasibleBudgetError)):
-            ls.solve(g, 244056064, time_limit=0.2)  # half the minimal budget 488112128
+            ls.dp.solve(g, 244056064, time_limit=0.2)  # half the minimal budget 488112128
         assert time.perf_counter() - start < 0.2 + 0.8
 
     def test_googlenet_max_lower_sets(self):
         g = authors_graph("googlenet")
-        for call in (lambda: ls.solve(g, 10**12, max_lower_sets=100),
+        for call in (lambda: ls.dp.solve(g, 10**12, max_lower_sets=100),
                      lambda: ls.min_budget(g, max_lower_sets=100),
                      lambda: ls.count_lower_sets(g, max_lower_sets=100)):
             with pytest.raises(ls.SearchLimitError, match="100") as info:

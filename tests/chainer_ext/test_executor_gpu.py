@@ -50,12 +50,12 @@ def check_equal_to_plain(name, device):
         g = trace(lambda: lossfn(model, x, t))
     ref = run(clone(model), None)
     for mode in ("time", "memory"):
-        got = run(clone(model), RecomputeHook(lowerset.solve(g, mode=mode)))
+        got = run(clone(model), RecomputeHook(lowerset.solve(g, model="paper", mode=mode)))
         np.testing.assert_array_equal(ref[0], got[0])
         for k in ref[1]:
             np.testing.assert_array_equal(ref[1][k], got[1][k])
     m = clone(model)
-    hooked = peak_memory(lambda: run(m, RecomputeHook(lowerset.solve(g))), params=m)
+    hooked = peak_memory(lambda: run(m, RecomputeHook(lowerset.solve(g, model="paper"))), params=m)
     plain = peak_memory(lambda: run(m, None), params=m)
     assert hooked.device == "gpu" and hooked.peak < plain.peak
 

@@ -27,7 +27,7 @@ def _strategies(g):
         bmin = lowerset.min_budget(g, method=method)
         for budget in (bmin, (bmin + top) // 2):
             for mode in ("time", "memory"):
-                out.append(lowerset.solve(g, budget=budget, mode=mode, method=method))
+                out.append(lowerset.solve(g, budget=budget, mode=mode, method=method, model="paper"))
     return out
 
 
@@ -62,15 +62,13 @@ def test_bitwise_equal_to_plain_run(name):
         recomputed |= {g.attrs[v]["function"] for v in hook.last_iteration["recomputed"]}
     assert MUST_RECOMPUTE[name] in recomputed, recomputed
     assert_same(ref, step(clone(model), x, t, lossfn, LivenessHook(g)))
-    assert_same(ref, step(clone(model), x, t, lossfn, RecomputeHook(strategies[0],
-                                                                    liveness=False)))
 
 
 @pytest.mark.parametrize("name", ["resnet", "dropout", "twoheads"])
 def test_ten_optimizer_steps(name):
     model, x, t, lossfn = make(name)
     g = _trace(model, x, t, lossfn)
-    hook = RecomputeHook(lowerset.solve(g, mode="memory"))
+    hook = RecomputeHook(lowerset.solve(g, model="paper", mode="memory"))
     runs = []
     for h in (None, hook):
         m = clone(model)
@@ -111,7 +109,7 @@ class TestErrors:
     def _setup(self):
         model, x, t, lossfn = make("resnet")
         g = _trace(model, x, t, lossfn)
-        return model, x, t, lossfn, lowerset.solve(g, mode="memory")
+        return model, x, t, lossfn, lowerset.solve(g, model="paper", mode="memory")
 
     def test_other_batch_size(self):
         model, x, t, lossfn, s = self._setup()
@@ -172,7 +170,7 @@ class TestErrors:
     def test_strategy_not_from_trace(self):
         g = lowerset.Graph.chain(3)
         with pytest.raises(StrategyMismatchError, match="not recorded by chainer_ext.trace"):
-            RecomputeHook(lowerset.solve(g))
+            RecomputeHook(lowerset.solve(g, model="paper"))
         with pytest.raises(TypeError, match="CanonicalStrategy"):
             RecomputeHook("plan")
         with pytest.raises(TypeError, match="graph="):
@@ -201,7 +199,7 @@ def test_backward_outside_the_block_still_works():
     m = clone(model)
     m.cleargrads()
     np.random.seed(123)
-    hook = RecomputeHook(lowerset.solve(g, mode="memory"))
+    hook = RecomputeHook(lowerset.solve(g, model="paper", mode="memory"))
     with chainer.using_config("train", True):
         with hook:
             loss = lossfn(m, x, t)
@@ -223,7 +221,7 @@ def test_partly_no_backprop_forward():
     assert g.n == 14
     ref = step(clone(model), x, t, partly)
     for mode in ("time", "memory"):
-        hook = RecomputeHook(lowerset.solve(g, mode=mode))
+        hook = RecomputeHook(lowerset.solve(g, model="paper", mode=mode))
         assert_same(ref, step(clone(model), x, t, partly, hook))
         assert hook.last_iteration["recomputed"]
 
@@ -231,8 +229,8 @@ def test_partly_no_backprop_forward():
 def test_hook_state_is_released_after_the_block():
     model, x, t, lossfn = make("resnet")
     g = _trace(model, x, t, lossfn)
-    hook = RecomputeHook(lowerset.solve(g, mode="memory"))
+    hook = RecomputeHook(lowerset.solve(g, model="paper", mode="memory"))
     step(clone(model), x, t, lossfn, hook)
     # no per-iteration reference (function nodes, cached boundary values, inputs) survives
     assert all(f is None for f in hook._funcs)
-    assert hook._vals == {} and hook._ext == {} and hook._func_pos == {}
+    assert hook._held == {} and hook._ext == {} and hook._func_pos == {}

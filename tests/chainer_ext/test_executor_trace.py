@@ -37,28 +37,105 @@ def test_mlp_nodes_edges_and_bytes():
     for v in _by_function(g, "ReLU"):
         assert g.memory[g.index[v]] == x.shape[0] * 256 * 4
     assert g.outputs == (13,)
-    assert all(g.attrs[v]["backward"] for v in g.labels)
+    F_ = g.facts
+    assert F_.backward_order == tuple(range(13, -1, -1))  # a chain: reverse forward order
+    assert F_.returned == F_.seeds == ((13, 0),)
+    assert F_.resident == g.param_bytes + g.input_bytes
+    # ReLU reads its output in backward, LinearFunction its input and weight
+    for v in _by_function(g, "ReLU"):
+        assert F_.nodes[v].reads_outputs == (0,) and F_.nodes[v].reads_args == ()
+    for v in _by_function(g, "LinearFunction"):
+        assert F_.nodes[v].reads_args == (0, 1) and F_.nodes[v].reads_outputs == ()
+    # the labels get no gradient; every other argument does
+    sce = F_.nodes[13]
+    assert sce.grad_args == (True, False)
+    # in a plain run a Linear output (read by nobody's backward) is freed right after the ReLU
+    # that consumes it; a ReLU output (retained by the next Linear) lives to the end
+    for v in _by_function(g, "LinearFunction")[:-1]:
+        assert F_.nodes[v].plain_free_after == (v + 1,)
+    for v in _by_function(g, "ReLU"):
+        assert F_.nodes[v].plain_free_after == (-1,)
 
 
 def test_retained_values_and_state():
     g, *_ = _trace("unet")
+    nf = g.facts.nodes
     relu = _by_function(g, "ReLU")[0]
-    assert g.attrs[relu]["retained_outputs"] == [0]
-    assert g.attrs[relu]["retained_inputs"] == []
-    for name in ("Concat",):
-        for v in _by_function(g, name):
-            assert g.attrs[v]["retained_inputs"] == [] and g.attrs[v]["retained_outputs"] == []
+    assert nf[relu].reads_outputs == (0,) and nf[relu].reads_args == ()
+    for v in _by_function(g, "Concat"):
+        assert nf[v].reads_args == () and nf[v].reads_outputs == ()
     conv = _by_function(g, "Convolution2DFunction")[0]
-    assert g.attrs[conv]["retained_inputs"] == [0, 1]
+    assert nf[conv].reads_args == (0, 1)
     pool = _by_function(g, "MaxPoolingND")[0]
     # max pooling keeps its argmax indexes for backward: counted in M_v
-    assert g.attrs[pool]["state_bytes"] > 0
-    assert g.memory[g.index[pool]] == g.attrs[pool]["output_bytes"] + g.attrs[pool]["state_bytes"]
+    assert nf[pool].state > 0
+    assert g.memory[g.index[pool]] == sum(nf[pool].outputs) + nf[pool].state
     g1, *_ = _trace("unet", count_state=False)
-    assert g1.memory[g1.index[pool]] == g1.attrs[pool]["output_bytes"]
+    assert g1.memory[g1.index[pool]] == sum(g1.facts.nodes[pool].outputs)
     g2, *_ = _trace("resnet")
     add = _by_function(g2, "Add")[0]
-    assert g2.attrs[add]["retained_inputs"] == [] and g2.attrs[add]["state_bytes"] == 0
+    assert g2.facts.nodes[add].reads_args == () and g2.facts.nodes[add].state == 0
+
+
+def test_workspace_is_measured():
+    g, *_ = _trace("unet")
+    nf = g.facts.nodes
+    # Chainer's CPU convolution builds an im2col buffer of kh*kw times its input
+    for v in _by_function(g, "Convolution2DFunction")[:3]:
+        x_bytes = nf[nf[v].args[0][0]].outputs[0] if nf[v].args[0][0] >= 0 else 0
+        assert nf[v].forward_peak >= sum(nf[v].outputs) + 8 * x_bytes
+        assert nf[v].backward_peak > 0
+    # an elementwise function needs about its output
+    for v in _by_function(g, "ReLU")[:3]:
+        assert sum(nf[v].outputs) <= nf[v].forward_peak <= sum(nf[v].outputs) + (64 << 10)
+
+
+def test_views_are_recorded():
+    def fn():
+        h = F.relu(x)
+        r = F.reshape(h, (4, -1))
+        a, b = F.split_axis(r, 2, axis=1)
+        return F.sum(F.tanh(a) * b)
+    x = chainer.Variable(np.ones((4, 3, 8), np.float32))
+    g = trace(fn)
+    nf = g.facts.nodes
+    reshape, split = _by_function(g, "Reshape")[0], _by_function(g, "SplitAxis")[0]
+    assert nf[reshape].output_views == (0,) and nf[split].output_views == (0, 0)
+    assert nf[0].output_views == (-1,)
+    # Reshape's backward returns a view of its output gradient
+    assert nf[reshape].grad_views == (0,)
+    assert nf[0].grad_views == (-1,)
+
+
+def test_backward_order_is_chainers():
+    """The recorded backward order is the one Chainer's backward pass follows (an independent
+    recording hook)."""
+    class Order(chainer.FunctionHook):
+        name = "order"
+
+        def __init__(self):
+            self.calls = []
+
+        def backward_preprocess(self, function, in_data, out_grad):
+            self.calls.append(function)
+    for name in ("inception", "unet", "twoheads"):
+        model, x, t, lossfn = make(name)
+        with chainer.using_config("train", True):
+            funcs = []
+
+            class Fwd(chainer.FunctionHook):
+                name = "fwd"
+
+                def forward_preprocess(self, function, in_data):
+                    funcs.append(function)
+            with Fwd():
+                loss = lossfn(model, x, t)
+            order = Order()
+            with order:
+                loss.backward()
+            g = trace(lambda: lossfn(model, x, t))
+        pos = {id(f): i for i, f in enumerate(funcs)}
+        assert g.facts.backward_order == tuple(pos[id(f)] for f in order.calls), name
 
 
 def test_multi_output_function_is_one_node():
@@ -67,9 +144,9 @@ def test_multi_output_function_is_one_node():
     assert len(splits) == 2
     for v in splits:
         a = g.attrs[v]
-        assert len(a["outputs"]) == 2
-        assert g.memory[g.index[v]] == a["output_bytes"]
-        assert a["output_bytes"] == sum(int(np.prod(s)) * 4 for s, _ in a["outputs"])
+        assert len(a["outputs"]) == 2 and len(g.facts.nodes[v].outputs) == 2
+        assert g.memory[g.index[v]] == sum(g.facts.nodes[v].outputs)
+        assert sum(g.facts.nodes[v].outputs) == sum(int(np.prod(s)) * 4 for s, _ in a["outputs"])
         consumers = [w for (u, w) in g.edges if u == v]
         assert len(consumers) >= 2
         outs = {tuple(x[1:]) for w in consumers for x in g.attrs[w]["inputs"]
@@ -81,7 +158,7 @@ def test_two_summed_losses():
     g, *_ = _trace("twoheads")
     assert len(_by_function(g, "SoftmaxCrossEntropy")) == 2
     assert len(g.outputs) == 1
-    assert all(g.attrs[v]["backward"] for v in g.labels)
+    assert sorted(g.facts.backward_order) == list(g.labels)
 
 
 def test_preset_cost_rule():
@@ -127,7 +204,7 @@ def test_tracing_leaves_model_and_rng_unchanged():
 def test_graph_is_plannable():
     for name in NETS:
         g, *_ = _trace(name)
-        s = lowerset.solve(g, mode="memory")
+        s = lowerset.solve(g, model="paper", mode="memory")
         assert s.peak_memory <= lowerset.CanonicalStrategy(g, [set(g.labels)]).peak_memory
 
 

@@ -1,0 +1,286 @@
+"""Plan for the memory a training step really uses: budgets in device bytes.
+
+The paper's DP (:mod:`lowerset.dp`, Sec. 4.2-4.4) is exact for eq. (2), which charges ``2 M(V_i)``
+per segment and leaves out parameters, gradients of parameters and every function's workspace.
+Here a plan is judged by its schedule (:func:`lowerset.schedule`): its peak is the whole step's
+device memory, resident bytes included, and its overhead is what the executor recomputes
+(``Schedule.recompute_cost``: eq. (1) without the last segment, which the executor keeps, and
+without the dropped values no backward step reads).
+
+:func:`pareto` builds a pool of canonical strategies and keeps the trade-off front of (overhead,
+peak); :func:`solve` returns the least overhead on it within a budget, :func:`min_peak` the least
+peak. The pool holds the strategy [V] (no recomputation), Chen's sqrt(n), and the paper's DP in
+both modes at a ladder of eq. (2) budgets from its minimal budget to the eq. (2) peak of [V]: the
+time-centric DP gives the fine partitions and the memory-centric one the coarse partitions that
+liveness analysis favours (the "trial and error" of Sec. 4.4, done with the schedule). It is a
+search over that pool, not an optimum over all lower-set sequences.
+"""
+
+import math
+import numbers
+import time
+
+from . import dp
+from .baselines import chen_sqrtn
+from .exceptions import (ArgumentError, ArgumentTypeError, InfeasibleBudgetError,
+                         SearchLimitError)
+from .graph import Graph
+from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
+from .strategy import CanonicalStrategy
+
+__all__ = ["solve", "min_peak", "pareto", "MODELS", "LADDER_SIZE"]
+
+#: How a budget is read: "executor" (whole-step device bytes, :func:`lowerset.schedule`) or
+#: "paper" (eq. (2), the paper's DP).
+MODELS = ("executor", "paper")
+
+#: Eq. (2) budgets per mode at which the paper's DP adds candidates to the pool.
+LADDER_SIZE = 12
+
+# the exact family's DP runs at the whole ladder only when it has at most this many lower sets
+# (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
+_EXACT_LADDER_MAX_SETS = 5000
+
+
+def as_budget(budget):
+    """Return `budget` (bytes: an int, or a float such as ``11.4e9``, rounded down) as an int.
+
+    Raises
+    ------
+    ArgumentTypeError
+        If `budget` is not a real number (or is a bool).
+    ArgumentError
+        If it is NaN, infinite or negative.
+    """
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise ArgumentTypeError(f"budget must be a number of bytes (int or float), got "
+                                f"{type(budget).__name__} {budget!r}")
+    if budget != budget or budget in (math.inf, -math.inf):
+        raise ArgumentError(f"budget must be a finite number of bytes, got {budget!r}")
+    if budget < 0:
+        raise ArgumentError(f"budget must be >= 0 bytes, got {budget!r}")
+    return int(math.floor(budget))
+
+
+def _check_graph(G):
+    if not isinstance(G, Graph):
+        raise ArgumentTypeError(f"expected a lowerset.Graph, got {type(G).__name__} {G!r}")
+
+
+def _ladder(lo, hi, n):
+    """`n` integer budgets spaced geometrically from `lo` to `hi` bytes, distinct, ascending."""
+    if n <= 1 or hi <= lo or lo <= 0:
+        return [lo] if lo >= hi else [lo, hi]
+    r = (hi / lo) ** (1.0 / (n - 1))
+    out = []
+    for i in range(n):
+        b = hi if i == n - 1 else int(math.ceil(lo * r ** i))
+        if not out or b > out[-1]:
+            out.append(b)
+    return out
+
+
+class _Deadline:
+    def __init__(self, time_limit):
+        self.start = time.perf_counter()
+        self.limit = time_limit
+
+    def left(self):
+        """Seconds left (None without a limit); raise SearchLimitError past the limit."""
+        if self.limit is None:
+            return None
+        left = self.limit - (time.perf_counter() - self.start)
+        if left <= 0:
+            raise SearchLimitError(f"time limit of {self.limit:.3g} s exceeded",
+                                   limit="time_limit")
+        return left
+
+
+def _pool(G, method, max_lower_sets, deadline):
+    """Candidate strategies (see the module docstring), each once."""
+    seen, out = set(), []
+
+    def add(s):
+        key = tuple(tuple(m.nonzero()[0]) for m in s._masks)
+        if key not in seen:
+            seen.add(key)
+            out.append(s)
+
+    add(CanonicalStrategy(G, [set(G.labels)], method="none"))
+    add(chen_sqrtn(G))
+    hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
+    families = ["approx"]
+    if method == "exact":
+        families.append("exact")
+    for fam in families:
+        lo = dp.min_budget(G, fam, max_lower_sets=max_lower_sets, time_limit=deadline.left())
+        budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
+        if fam == "exact" and count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS:
+            budgets = budgets[:1]
+        for b in budgets:
+            for mode in dp.MODES:
+                add(dp.solve(G, b, mode=mode, method=fam, max_lower_sets=max_lower_sets,
+                             time_limit=deadline.left()))
+    return out
+
+
+def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+    """Return the overhead/peak trade-off of the planner's pool of canonical strategies.
+
+    Parameters
+    ----------
+    G : Graph
+        With execution facts (from ``chainer_ext.trace``) or the defaults.
+    method : {"exact", "approx"}
+        "approx": the paper's DP over the pruned family (Sec. 4.3); "exact": also over all lower
+        sets (Sec. 4.2).
+    max_lower_sets : int
+        For "exact": raise instead of enumerating more lower sets than this.
+    time_limit : float, optional
+        Seconds; raise :class:`SearchLimitError` past it.
+
+    Returns
+    -------
+    list of CanonicalStrategy
+        Overhead increasing, peak decreasing: no strategy of the pool has both a lower or equal
+        overhead and a lower or equal peak than one on the list (equal ones are kept once).
+        Each has ``schedule`` (its :class:`~lowerset.Schedule`; ``schedule.peak`` in bytes,
+        ``schedule.recompute_cost`` in cost units).
+
+    Raises
+    ------
+    ArgumentTypeError
+        If `G` is not a Graph.
+    ArgumentError
+        If `method` is unknown.
+    SearchLimitError
+        If the graph has too many lower sets for "exact", or the time limit passes.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (liveness analysis), 4.2-4.4.
+
+    Examples
+    --------
+    >>> g = ls.Graph.chain(8, memory=10)
+    >>> front = ls.pareto(g, "approx")
+    >>> [s.schedule.recompute_cost for s in front] == sorted(s.schedule.recompute_cost
+    ...                                                      for s in front)
+    True
+    """
+    _check_graph(G)
+    if method not in dp.METHODS:
+        raise ArgumentError(f"unknown method {method!r}; expected one of {dp.METHODS}")
+    cache = G.__dict__.setdefault("_pareto_cache", {})
+    key = (method, max_lower_sets)
+    if key not in cache:
+        deadline = _Deadline(time_limit)
+        pool = _pool(G, method, max_lower_sets, deadline)
+        ranked = sorted(pool, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+        front = []
+        for s in ranked:
+            if not front or s.schedule.peak < front[-1].schedule.peak:
+                front.append(s)
+        elapsed = time.perf_counter() - deadline.start
+        for s in front:
+            s.planner_seconds = elapsed
+        cache[key] = front
+    return list(cache[key])
+
+
+def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+    """Return the planner's strategy with the least schedule peak (least overhead among ties).
+
+    Parameters and errors as :func:`pareto`.
+
+    Returns
+    -------
+    CanonicalStrategy
+        ``schedule.peak`` is the least whole-step peak the planner reaches, in bytes.
+
+    Examples
+    --------
+    >>> g = ls.Graph.chain(8, memory=10)
+    >>> ls.min_peak(g).schedule.peak <= ls.schedule(g).peak
+    True
+    """
+    return pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)[-1]
+
+
+def solve(G, budget=None, mode="time", method="exact", *, model="executor",
+          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+    """Plan a canonical strategy within a memory budget.
+
+    Parameters
+    ----------
+    G : Graph
+    budget : int or float, optional
+        Bytes. With ``model="executor"`` (default): the device memory of the whole training
+        step, as ``schedule(s).peak`` predicts it (parameters, inputs, gradients, workspace
+        included); a float such as ``11.4e9`` is rounded down. None: the least peak
+        (:func:`min_peak`). With ``model="paper"``: the eq. (2) budget of the paper's DP, an
+        int; None: its minimal budget (:func:`lowerset.min_budget`).
+    mode : {"time", "memory"}
+        For ``model="paper"``: time-centric (least eq. (1) overhead) or memory-centric (largest,
+        Sec. 4.4). The executor model is time-centric: least overhead within the budget;
+        :func:`min_peak` is its memory-centric end.
+    method : {"exact", "approx"}
+        Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3).
+    model : {"executor", "paper"}
+        How the budget is read (:data:`MODELS`).
+    max_lower_sets : int
+        For "exact": raise instead of enumerating more lower sets than this.
+    time_limit : float, optional
+        Seconds for the whole call; raise :class:`SearchLimitError` past it.
+
+    Returns
+    -------
+    CanonicalStrategy
+        Executor model: the least overhead (``schedule.recompute_cost``) of the planner's
+        :func:`pareto` front whose ``schedule.peak`` is at most `budget`. Paper model: the
+        paper's DP result (``overhead`` eq. (1), ``peak_memory`` eq. (2)).
+
+    Raises
+    ------
+    ArgumentTypeError
+        If `G` is not a Graph or `budget` is not a number.
+    ArgumentError
+        If `model`, `mode` or `method` is unknown, `mode="memory"` is asked of the executor
+        model, or `budget` is NaN, infinite or negative.
+    InfeasibleBudgetError
+        If no plan fits `budget`; carries the least reachable peak (``min_budget``) in bytes.
+    SearchLimitError
+        If the graph has too many lower sets for "exact", or the time limit passes.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3, 4.2-4.4.
+
+    Examples
+    --------
+    >>> g = ls.Graph.chain(8, memory=10)
+    >>> plain = ls.schedule(g).peak
+    >>> s = ls.solve(g, budget=0.9 * plain)
+    >>> s.schedule.peak <= 0.9 * plain
+    True
+    """
+    _check_graph(G)
+    if model not in MODELS:
+        raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
+    if model == "paper":
+        return dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
+                        time_limit=time_limit)
+    if mode != "time":
+        if mode in dp.MODES:
+            raise ArgumentError("mode='memory' is the paper's memory-centric DP: use "
+                                "model='paper'; the least peak under the executor is min_peak()")
+        raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
+    if budget is not None:
+        budget = as_budget(budget)
+    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
+    if budget is None:
+        return front[-1]
+    for s in front:
+        if s.schedule.peak <= budget:
+            return s
+    raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
