@@ -254,10 +254,12 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
                     optr[ev] = no
         if k == BACKWARD:
             b = 0
+            got = False
             for o in range(out_ptr[v], out_ptr[v + 1]):
                 if grad_out[o]:
                     b += out_bytes[o]
-            if b > 0:
+                    got = True
+            if got:
                 kind[ev] = FREE_GRAD
                 node[ev] = v
                 nbytes[ev] = b

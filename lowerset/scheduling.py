@@ -371,7 +371,7 @@ def _plain_arrays(g):
         lo, hi = int(f.out_ptr[j]), int(f.out_ptr[j + 1])
         b = int(f.out_bytes[lo:hi][f.grad_out[lo:hi]].sum())
         kind.append(_k.BACKWARD), node.append(j), nbytes.append(b), outs.append([])
-        if b:
+        if f.grad_out[lo:hi].any():
             kind.append(_k.FREE_GRAD), node.append(j), nbytes.append(b), outs.append([])
     optr = _i64([0] + list(np.cumsum([len(o) for o in outs])))
     return _i64(kind), _i64(node), _i64(nbytes), optr, _i64([k for o in outs for k in o])

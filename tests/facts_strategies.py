@@ -1,0 +1,94 @@
+"""Hypothesis strategies: graphs with random execution facts, and random canonical strategies.
+
+``graphs_with_facts`` draws what ``chainer_ext.trace`` could record and more: functions with one
+to three outputs, arguments that name a given output of a predecessor (several arguments may
+name the same one), parameters and inputs, backward passes that read any subset of their
+arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
+views, saved state (stochastic or not), workspace peaks, plain-run frees, a random subset of
+nodes whose backward runs (in a random order with consumers first), several returned outputs.
+Nodes are listed in forward order.
+"""
+
+import hypothesis.strategies as st
+
+import lowerset as ls
+
+
+@st.composite
+def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
+    """Draw a :class:`lowerset.Graph` whose nodes 0..n-1 carry random :class:`ExecutionFacts`."""
+    n = draw(st.integers(min_nodes, max_nodes), label="n")
+    n_ext = draw(st.integers(0, 3), label="externals")
+    externals = tuple((draw(st.sampled_from(ls.EXTERNAL_KINDS)), draw(st.integers(0, max_bytes)))
+                      for _ in range(n_ext))
+    outs = [tuple(draw(st.lists(st.integers(0, max_bytes), min_size=1, max_size=3)))
+            for _ in range(n)]
+    args, edges = [], set()
+    for v in range(n):
+        a = []
+        for u in range(v):
+            if draw(st.booleans(), label=f"edge {u}->{v}"):
+                ks = draw(st.lists(st.integers(0, len(outs[u]) - 1), min_size=1, max_size=2))
+                a += [(u, k) for k in ks]
+                edges.add((u, v))
+        if n_ext:
+            a += [(~e, 0) for e in draw(st.lists(st.integers(0, n_ext - 1), max_size=2))]
+        a = draw(st.permutations(a)) if a else []
+        args.append(tuple(a))
+    nodes = []
+    for v in range(n):
+        m = len(args[v])
+        consumers_pos = [w for w in range(n) if any(s == v for s, _ in args[w])]
+        last = max([v] + consumers_pos)
+        nodes.append(ls.NodeFacts(
+            outputs=outs[v], args=args[v],
+            state=draw(st.sampled_from([0, 0, 3, 17])),
+            reads_args=tuple(p for p in range(m) if draw(st.booleans())),
+            reads_outputs=tuple(k for k in range(len(outs[v])) if draw(st.booleans())),
+            grad_args=tuple(draw(st.booleans()) for _ in range(m)),
+            output_views=tuple(draw(st.sampled_from([-1, -1] + list(range(m))))
+                               for _ in outs[v]),
+            grad_views=tuple(draw(st.sampled_from([-1, -1] + list(range(len(outs[v])))))
+                             for _ in range(m)),
+            forward_peak=draw(st.sampled_from([0, 0, 50, 120])),
+            backward_peak=draw(st.sampled_from([0, 0, 50, 120])),
+            stochastic=draw(st.booleans()),
+            plain_free_after=tuple(draw(st.sampled_from([-1] + list(range(last, n))))
+                                   for _ in outs[v])))
+    runs = draw(st.lists(st.booleans(), min_size=n, max_size=n), label="backward runs")
+    bwd = _reverse_topological(draw, n, edges, [v for v in range(n) if runs[v]])
+    sinks = [v for v in range(n) if not any(u == v for u, _ in edges)]
+    returned = tuple((v, k) for v in sinks for k in range(len(outs[v])) if draw(st.booleans()))
+    seeds = tuple(o for o in returned if draw(st.booleans()))
+    facts = ls.ExecutionFacts(nodes=tuple(nodes), forward_order=tuple(range(n)),
+                              backward_order=bwd, externals=externals, returned=returned,
+                              seeds=seeds)
+    cost = {v: draw(st.integers(1, 5)) for v in range(n)}
+    memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
+    return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)
+
+
+def _reverse_topological(draw, n, edges, subset):
+    """A random order of `subset` with every consumer before its producer."""
+    left = set(subset)
+    order = []
+    while left:
+        ready = sorted(v for v in left if not any((v, w) in edges and w in left for w in left))
+        v = draw(st.sampled_from(ready))
+        order.append(v)
+        left.remove(v)
+    return tuple(order)
+
+
+@st.composite
+def canonical_strategies(draw, g):
+    """A random lower-set sequence of `g`: cuts of a random linear extension."""
+    order, left = [], set(range(g.n))
+    while left:
+        ready = sorted(v for v in left if all(int(p) not in left for p in g.preds(v)))
+        v = draw(st.sampled_from(ready))
+        order.append(v)
+        left.remove(v)
+    cuts = sorted(set(draw(st.lists(st.integers(1, g.n - 1), max_size=4)))) if g.n > 1 else []
+    cuts.append(g.n)
+    return ls.CanonicalStrategy(g, [{g.labels[v] for v in order[:c]} for c in cuts])

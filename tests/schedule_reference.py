@@ -1,0 +1,326 @@
+"""A naive statement of the schedule (lowerset.scheduling), the test oracle for its kernels.
+
+The same policy, written plainly in Python with dicts and sets over the facts, independently of
+``lowerset._schedule_kernels``: compute events, liveness analysis (every array freed after its
+last read), and a buffer-counting memory fold. ``events(plan)`` returns ``(events, timeline,
+highs)`` with events as ``lowerset.Event`` tuples.
+"""
+
+import numpy as np
+
+import lowerset
+from lowerset import Event
+
+
+def events(plan):
+    """(events, timeline, highs) of `plan` (a CanonicalStrategy, or a Graph for the plain step)."""
+    if isinstance(plan, lowerset.CanonicalStrategy):
+        g, evs = plan.graph, _hooked_events(plan)
+    else:
+        g, evs = plan, _plain_events(plan)
+    timeline, highs = _fold(g, evs)
+    return evs, timeline, highs
+
+
+# -- pass 1: compute events ----------------------------------------------------------------------
+
+
+def _dropped(strategy):
+    """Bool per node id: the strategy drops the node's outputs after the forward pass (the
+    segments but the last, minus the boundaries, returned outputs and nodes without
+    consumers)."""
+    g, F = strategy.graph, strategy.graph.facts
+    keep = np.zeros(g.n, dtype=bool)
+    keep[strategy._segment_masks[-1]] = True
+    for b in strategy._cached_masks:
+        keep |= b
+    for v, _ in F.returned:
+        keep[v] = True
+    has_consumer = np.diff(g.succ_ptr) > 0
+    return ~keep & has_consumer
+
+
+def _compute_events(g, dropped):
+    """Pass 1: the ("forward"|"recompute"|"backward", node id) sequence of a hooked step."""
+    F = g.facts
+    fpos = _forward_positions(F)
+    out = [("forward", v) for v in F.forward_order]
+    missing = dropped.copy()  # dropped and not recomputed yet
+    for j in F.backward_order:
+        nf = F.nodes[j]
+        need = []
+        if missing[j] and (nf.reads_outputs or (nf.state and not nf.stochastic)):
+            need.append(j)
+        need += [nf.args[p][0] for p in nf.reads_args if nf.args[p][0] >= 0
+                 and missing[nf.args[p][0]]]
+        todo, stack = set(), need
+        while stack:  # the dropped values needed, and the dropped inputs to recompute them
+            v = stack.pop()
+            if v not in todo:
+                todo.add(v)
+                stack.extend(s for s, _ in F.nodes[v].args if s >= 0 and missing[s])
+        for v in sorted(todo, key=fpos.__getitem__):
+            out.append(("recompute", v))
+            missing[v] = False
+        out.append(("backward", j))
+    return out
+
+
+def _reads(F, kind, v):
+    """Arrays read by a compute event: ("value", node, k) and ("state", node, 0) keys."""
+    nf = F.nodes[v]
+    if kind == "backward":
+        r = [("value", s, k) for s, k in (nf.args[p] for p in nf.reads_args) if s >= 0]
+        r += [("value", v, k) for k in nf.reads_outputs]
+        if nf.state:
+            r.append(("state", v, 0))
+        return r
+    r = [("value", s, k) for s, k in nf.args if s >= 0]
+    if kind == "recompute" and nf.stochastic and nf.state:
+        r.append(("state", v, 0))
+    return r
+
+
+def _writes(F, kind, v):
+    """Arrays a compute event makes."""
+    if kind == "backward":
+        return []
+    nf = F.nodes[v]
+    w = [("value", v, k) for k in range(len(nf.outputs))]
+    if nf.state and not (kind == "recompute" and nf.stochastic):
+        w.append(("state", v, 0))
+    return w
+
+
+# -- pass 2: liveness ----------------------------------------------------------------------------
+
+
+def _hooked_events(strategy):
+    g = strategy.graph
+    F = g.facts
+    dropped = _dropped(strategy)
+    compute = _compute_events(g, dropped)
+    returned = {("value", v, k) for v, k in F.returned}
+    # last read of each materialization: key -> [start index, last index]
+    live, ends = {}, [[] for _ in compute]
+    for e, (kind, v) in enumerate(compute):
+        for key in _reads(F, kind, v):
+            live[key][1] = e
+        for key in _writes(F, kind, v):
+            if key in live:
+                _close(live.pop(key), key, ends)
+            live[key] = [e, e]
+    for key, span in live.items():
+        if key not in returned:
+            _close(span, key, ends)
+    out = []
+    seeds_at = max(i for i, (kind, _) in enumerate(compute) if kind == "forward")
+    fpos = _forward_positions(F)
+    for e, (kind, v) in enumerate(compute):
+        out.append(_compute_event(g, kind, v))
+        if e == seeds_at:
+            out.extend(_seed_events(g))
+        if kind == "backward":
+            out.extend(_grad_free_events(g, v))
+        if ends[e]:
+            out.extend(_free_events(g, ends[e], compute, dropped, fpos))
+    return out
+
+
+def _forward_positions(F):
+    fpos = np.empty(len(F.forward_order), dtype=np.int64)
+    fpos[list(F.forward_order)] = np.arange(len(F.forward_order))
+    return fpos
+
+
+def _close(span, key, ends):
+    ends[span[1]].append((key, span[0]))
+
+
+def _free_events(g, closed, compute, dropped, fpos):
+    """Free events for the arrays whose last read is one event: states first, then values,
+    grouped per node in forward order."""
+    F = g.facts
+    states = sorted((v for (what, v, _), _ in closed if what == "state"), key=fpos.__getitem__)
+    out = [Event("free_state", g.labels[v], F.nodes[v].state, ()) for v in states]
+    per_node = {}
+    for (what, v, k), start in closed:
+        if what == "value":
+            forward_copy = compute[start][0] == "forward"
+            kind = "drop" if forward_copy and dropped[v] else "free_value"
+            per_node.setdefault((v, kind), []).append(k)
+    for (v, kind) in sorted(per_node, key=lambda x: (fpos[x[0]], x[1] == "free_value")):
+        ks = tuple(sorted(per_node[v, kind]))
+        out.append(Event(kind, g.labels[v], sum(F.nodes[v].outputs[k] for k in ks), ks))
+    return out
+
+
+def _compute_event(g, kind, v):
+    nf = g.facts.nodes[v]
+    if kind == "backward":
+        ks = _grad_outputs(g)[v]
+        return Event(kind, g.labels[v], sum(nf.outputs[k] for k in ks), ())
+    made = sum(nf.outputs)
+    if nf.state and not (kind == "recompute" and nf.stochastic):
+        made += nf.state
+    return Event(kind, g.labels[v], made, tuple(range(len(nf.outputs))))
+
+
+def _seed_events(g):
+    F = g.facts
+    return [Event("seed_grad", g.labels[v], F.nodes[v].outputs[k], (k,))
+            for v, k in sorted(F.seeds)]
+
+
+def _grad_free_events(g, v):
+    ks = _grad_outputs(g)[v]
+    if not ks:
+        return []
+    nf = g.facts.nodes[v]
+    return [Event("free_grad", g.labels[v], sum(nf.outputs[k] for k in ks), ())]
+
+
+def _grad_outputs(g):
+    """Per node id: the output indexes that receive a gradient (seeds, or a consumer whose
+    backward runs and returns one), sorted. Cached on the graph."""
+    cache = g.__dict__.get("_grad_outputs")
+    if cache is None:
+        F = g.facts
+        has = [set() for _ in range(g.n)]
+        for v, k in F.seeds:
+            has[v].add(k)
+        for w in F.backward_order:
+            nf = F.nodes[w]
+            for (s, k), gives in zip(nf.args, nf.grad_args):
+                if s >= 0 and gives:
+                    has[s].add(k)
+        cache = g.__dict__["_grad_outputs"] = [tuple(sorted(h)) for h in has]
+    return cache
+
+
+def _plain_events(g):
+    """The plain step: forward in order (values freed where the recorded run freed them), the
+    backward pass, gradients freed after each backward."""
+    F = g.facts
+    frees = [[] for _ in range(g.n)]  # forward position -> (node, k) freed after it
+    for v, nf in enumerate(F.nodes):
+        for k, q in enumerate(nf.plain_free_after):
+            if q >= 0:
+                frees[q].append((v, k))
+    out = []
+    fpos = _forward_positions(F)
+    for q, v in enumerate(F.forward_order):
+        out.append(_compute_event(g, "forward", v))
+        if q == g.n - 1:
+            out.extend(_seed_events(g))
+        per_node = {}
+        for u, k in frees[q]:
+            per_node.setdefault(u, []).append(k)
+        for u in sorted(per_node, key=fpos.__getitem__):
+            ks = tuple(sorted(per_node[u]))
+            out.append(Event("free_value", g.labels[u], sum(F.nodes[u].outputs[k] for k in ks),
+                             ks))
+    for j in F.backward_order:
+        out.append(_compute_event(g, "backward", j))
+        out.extend(_grad_free_events(g, j))
+    return out
+
+
+# -- pass 3: memory fold -------------------------------------------------------------------------
+
+
+class _Buffers:
+    """Reference-counted buffers: bytes are in use while any array refers to its buffer."""
+
+    def __init__(self):
+        self.size, self.refs = [], []
+        self.used = 0
+
+    def new(self, nbytes):
+        self.size.append(int(nbytes))
+        self.refs.append(1)
+        self.used += int(nbytes)
+        return len(self.size) - 1
+
+    def ref(self, b):
+        if b is not None:
+            self.refs[b] += 1
+        return b
+
+    def unref(self, b):
+        if b is None:
+            return
+        self.refs[b] -= 1
+        if self.refs[b] == 0:
+            self.used -= self.size[b]
+
+
+def _fold(g, events):
+    F = g.facts
+    mem = _Buffers()
+    val, state = {}, {}          # (node, k) -> buffer; node -> buffer
+    pending = {}                 # gradient target -> buffer: ("n", node, k) or ("e", ext)
+    popped = {}                  # node -> {k: buffer} of the output gradients being used
+    grad_outputs = _grad_outputs(g)
+    timeline = np.zeros(len(events), dtype=np.int64)
+    highs = np.zeros(len(events), dtype=np.int64)
+    for i, ev in enumerate(events):
+        v = g.index[ev.node]
+        nf = F.nodes[v]
+        before = mem.used
+        extra = 0
+        if ev.kind in ("forward", "recompute"):
+            for k, p in enumerate(nf.output_views):
+                if p >= 0:
+                    s, sk = nf.args[p]
+                    val[v, k] = mem.ref(val.get((s, sk))) if s >= 0 else None
+                else:
+                    val[v, k] = mem.new(nf.outputs[k])
+            if nf.state and not (ev.kind == "recompute" and nf.stochastic):
+                state[v] = mem.new(nf.state)
+            extra = max(0, nf.forward_peak - (mem.used - before))
+        elif ev.kind in ("drop", "free_value"):
+            for k in ev.outputs:
+                mem.unref(val.pop((v, k)))
+        elif ev.kind == "free_state":
+            mem.unref(state.pop(v))
+        elif ev.kind == "seed_grad":  # held by the caller too, for the whole step
+            pending["n", v, ev.outputs[0]] = mem.ref(mem.new(ev.bytes))
+        elif ev.kind == "backward":
+            popped[v] = {k: pending.pop(("n", v, k)) for k in grad_outputs[v]}
+            high = _backward_grads(F, v, nf, mem, pending, popped[v])
+            extra = max(0, nf.backward_peak - (high - before)) + (high - mem.used)
+        elif ev.kind == "free_grad":
+            for b in popped.pop(v).values():
+                mem.unref(b)
+        timeline[i] = mem.used
+        highs[i] = mem.used + extra
+    return timeline + F.resident, highs + F.resident
+
+
+def _backward_grads(F, v, nf, mem, pending, gy):
+    """Allocate node v's input gradients and sum them into the pending ones (in argument
+    order, as Chainer's backprop_step does); return the highest bytes in use meanwhile."""
+    order, new = [], {}
+    for p, ((s, k), gives) in enumerate(zip(nf.args, nf.grad_args)):
+        if not gives:
+            continue
+        target = ("n", s, k) if s >= 0 else ("e", ~s)
+        size = F.nodes[s].outputs[k] if s >= 0 else F.externals[~s][1]
+        view = nf.grad_views[p]
+        b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(size)
+        if target not in new:
+            order.append((target, size))
+            new[target] = []
+        new[target].append(b)
+    high = mem.used
+    for target, size in order:
+        arrays = ([pending[target]] if target in pending else []) + new[target]
+        if len(arrays) == 1:
+            pending[target] = arrays[0]
+            continue
+        pending[target] = mem.new(size)
+        high = max(high, mem.used)
+        for b in arrays:
+            mem.unref(b)
+    return high

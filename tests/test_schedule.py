@@ -1,0 +1,248 @@
+"""lowerset.schedule: events and bytes against hand-computed cases and a naive oracle."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowerset as ls
+from lowerset import Event
+
+from facts_strategies import canonical_strategies, graphs_with_facts
+from schedule_reference import events as reference_events
+from strategies import examples
+
+
+def _graph(nodes, externals=(), backward=None, returned=None, seeds=None):
+    """A graph 0..n-1 from NodeFacts keyword dicts (edges from the arguments)."""
+    nfs = tuple(ls.NodeFacts(**d) for d in nodes)
+    n = len(nfs)
+    edges = sorted({(s, v) for v, nf in enumerate(nfs) for s, _ in nf.args if s >= 0})
+    facts = ls.ExecutionFacts(
+        nodes=nfs, forward_order=tuple(range(n)),
+        backward_order=tuple(range(n - 1, -1, -1)) if backward is None else backward,
+        externals=externals, returned=returned, seeds=returned if seeds is None else seeds)
+    return ls.Graph(list(range(n)), edges, {v: 1 for v in range(n)},
+                    {v: sum(nf.outputs) + nf.state for v, nf in enumerate(nfs)}, facts=facts)
+
+
+def _kinds(s):
+    return [(e.kind, e.node) for e in s.events]
+
+
+class TestHandComputed:
+    def test_chain_drop_and_recompute(self):
+        g = ls.Graph.chain(3, memory=10)   # default facts: every backward reads all
+        s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1}, {0, 1, 2}]))
+        assert _kinds(s) == [
+            ("forward", 0), ("forward", 1), ("drop", 0), ("forward", 2), ("seed_grad", 2),
+            ("backward", 2), ("free_grad", 2), ("recompute", 0), ("backward", 1),
+            ("free_grad", 1), ("free_value", 1), ("backward", 0), ("free_grad", 0),
+            ("free_value", 0)]
+        # the seed gradient stays (the caller holds it); value 2 is returned
+        assert s.timeline.tolist() == [10, 20, 10, 20, 30, 40, 40, 50, 60, 50, 40, 40, 30, 20]
+        assert s.peak == 60 and s.recomputed == [0] and s.recompute_cost == 1
+
+    def test_diamond_gradient_sum(self):
+        g = ls.Graph(list("abcd"), [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+                     dict.fromkeys("abcd", 1), dict.fromkeys("abcd", 10))
+        s = ls.schedule(ls.CanonicalStrategy(g, [set("abcd")]))
+        assert _kinds(s) == [
+            ("forward", "a"), ("forward", "b"), ("forward", "c"), ("forward", "d"),
+            ("seed_grad", "d"), ("backward", "d"), ("free_grad", "d"), ("backward", "c"),
+            ("free_grad", "c"), ("free_value", "c"), ("backward", "b"), ("free_grad", "b"),
+            ("free_value", "b"), ("backward", "a"), ("free_grad", "a"), ("free_value", "a")]
+        assert s.timeline.tolist() == [10, 20, 30, 40, 50, 70, 70, 80, 70, 60, 60, 50, 40, 40,
+                                       30, 20]
+        # b's backward adds a's second gradient: a third array exists while they are summed
+        highs = s.fold.highs.tolist()
+        assert highs[10] == 80 and highs == [10, 20, 30, 40, 50, 70, 70, 80, 70, 60, 80, 50,
+                                             40, 40, 30, 20]
+        assert s.peak == 80
+
+    def test_views_externals_workspace(self):
+        g = _graph([
+            # 0: reads nothing in backward, needs 12 bytes of workspace above its output
+            dict(outputs=(8,), args=((-1, 0),), grad_args=(False,), output_views=(-1,),
+                 grad_views=(-1,), forward_peak=20, plain_free_after=(-1,)),
+            # 1: a reshape: its output and its input's gradient are views
+            dict(outputs=(8,), args=((0, 0),), grad_args=(True,), output_views=(0,),
+                 grad_views=(0,), plain_free_after=(-1,)),
+            # 2: reads its input and a parameter, measured backward peak 30
+            dict(outputs=(4,), args=((1, 0), (-2, 0)), reads_args=(0, 1),
+                 grad_args=(True, True), output_views=(-1,), grad_views=(-1, -1),
+                 backward_peak=30, plain_free_after=(-1,))],
+            externals=(("input", 4), ("param", 6)), returned=((2, 0),))
+        s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1, 2}]))
+        assert s.events == (
+            Event("forward", 0, 8, (0,)), Event("forward", 1, 8, (0,)),
+            Event("free_value", 0, 8, (0,)), Event("forward", 2, 4, (0,)),
+            Event("seed_grad", 2, 4, (0,)), Event("backward", 2, 4, ()),
+            Event("free_grad", 2, 4, ()), Event("free_value", 1, 8, (0,)),
+            Event("backward", 1, 8, ()), Event("free_grad", 1, 8, ()),
+            Event("backward", 0, 8, ()), Event("free_grad", 0, 8, ()))
+        # freeing 0 frees nothing while 1 (a view) lives; the gradient view keeps 1's gradient
+        assert s.timeline.tolist() == [18, 18, 18, 22, 26, 40, 40, 32, 32, 32, 32, 24]
+        highs = s.fold.highs.tolist()
+        assert highs[0] == 10 + 20 and highs[5] == 10 + 16 + 30
+        assert s.peak == 56 and s.resident == 10
+        # what stays: resident, the parameter's gradient, the returned value and the seed
+        assert s.timeline[-1] == 10 + 6 + 4 + 4
+
+    def test_multi_output_freed_per_output(self):
+        g = _graph([
+            dict(outputs=(5, 7), args=(), output_views=(-1, -1), plain_free_after=(-1, -1)),
+            dict(outputs=(3,), args=((0, 0),), reads_args=(0,), grad_args=(True,),
+                 output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,)),
+            dict(outputs=(2,), args=((0, 1), (1, 0)), grad_args=(True, True),
+                 output_views=(-1,), grad_views=(-1, -1), plain_free_after=(-1,))],
+            returned=((2, 0),))
+        s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1, 2}]))
+        assert s.events == (
+            Event("forward", 0, 12, (0, 1)), Event("forward", 1, 3, (0,)),
+            Event("forward", 2, 2, (0,)), Event("seed_grad", 2, 2, (0,)),
+            Event("free_value", 0, 7, (1,)), Event("free_value", 1, 3, (0,)),
+            Event("backward", 2, 2, ()), Event("free_grad", 2, 2, ()),
+            Event("backward", 1, 3, ()), Event("free_grad", 1, 3, ()),
+            Event("free_value", 0, 5, (0,)), Event("backward", 0, 12, ()),
+            Event("free_grad", 0, 12, ()))
+        assert s.timeline.tolist() == [12, 15, 17, 19, 12, 9, 19, 19, 24, 21, 16, 16, 4]
+
+    def test_plain_step(self):
+        g = _graph([dict(outputs=(10,), args=(), reads_outputs=(0,), output_views=(-1,),
+                         plain_free_after=(1,)),
+                    dict(outputs=(10,), args=((0, 0),), reads_args=(0,), grad_args=(True,),
+                         output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,)),
+                    dict(outputs=(10,), args=((1, 0),), reads_args=(0,), grad_args=(True,),
+                         output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,))],
+                   returned=((2, 0),))
+        s = ls.schedule(g)
+        assert _kinds(s) == [("forward", 0), ("forward", 1), ("free_value", 0), ("forward", 2),
+                             ("seed_grad", 2), ("backward", 2), ("free_grad", 2),
+                             ("backward", 1), ("free_grad", 1), ("backward", 0),
+                             ("free_grad", 0)]
+        assert s.timeline.tolist() == [10, 20, 10, 20, 30, 40, 40, 50, 40, 40, 30]
+        assert s.strategy is None and s.recomputed == []
+
+    def test_stochastic_state_is_kept_and_reused(self):
+        g = _graph([dict(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),
+                    dict(outputs=(4,), args=((0, 0),), state=9, stochastic=True,
+                         reads_outputs=(0,), grad_args=(True,), output_views=(-1,),
+                         grad_views=(-1,), plain_free_after=(-1,)),
+                    dict(outputs=(4,), args=((1, 0),), reads_args=(0,), grad_args=(True,),
+                         output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,)),
+                    dict(outputs=(4,), args=((2, 0),), grad_args=(True,), output_views=(-1,),
+                         grad_views=(-1,), plain_free_after=(-1,))],
+                   returned=((3, 0),))
+        s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1, 2}, {0, 1, 2, 3}]))
+        ev = s.events
+        # the mask (state of 1) is not freed with the dropped output, and the recomputation
+        # makes no new state: it reuses the kept one, freed after 1's backward
+        assert ("drop", 1) in _kinds(s) and ("recompute", 1) in _kinds(s)
+        assert next(e for e in ev if e.kind == "recompute" and e.node == 1).bytes == 4
+        i_bw = _kinds(s).index(("backward", 1))
+        assert ("free_state", 1) in _kinds(s)[i_bw:]
+        assert ("free_state", 1) not in _kinds(s)[:i_bw]
+
+
+@settings(max_examples=examples(2), deadline=None)
+@given(st.data())
+def test_kernels_equal_the_naive_schedule(data):
+    g = data.draw(graphs_with_facts(), label="graph")
+    s = data.draw(canonical_strategies(g), label="strategy")
+    for plan in (s, g):
+        evs, timeline, highs = reference_events(plan)
+        got = ls.schedule(plan)
+        assert list(got.events) == evs
+        assert got.timeline.tolist() == timeline.tolist()
+        assert got.fold.highs.tolist() == highs.tolist()
+
+
+@settings(max_examples=examples(1), deadline=None)
+@given(st.data())
+def test_schedule_invariants(data):
+    g = data.draw(graphs_with_facts(), label="graph")
+    s = data.draw(canonical_strategies(g), label="strategy")
+    sched = ls.schedule(s)
+    kinds = _kinds(sched)
+    dropped = {e.node for e in sched.events if e.kind == "drop"}
+    # nothing is recomputed twice, only dropped values are, and the cost is at most eq. (1)
+    assert len(sched.recomputed) == len(set(sched.recomputed))
+    assert set(sched.recomputed) <= dropped
+    assert sched.recompute_cost <= s.overhead
+    # every backward that reads a dropped value of a node finds it recomputed first
+    F = g.facts
+    for j in F.backward_order:
+        i = kinds.index(("backward", j))
+        for p in F.nodes[j].reads_args:
+            src = F.nodes[j].args[p][0]
+            if src >= 0 and src in dropped:
+                assert ("recompute", src) in kinds[:i]
+    # no array is freed twice: per node and output, frees alternate with makes
+    live = {}
+    for e in sched.events:
+        if e.kind in ("forward", "recompute"):
+            for k in e.outputs:
+                assert not live.get((e.node, k))
+                live[e.node, k] = True
+        elif e.kind in ("drop", "free_value"):
+            for k in e.outputs:
+                assert live.get((e.node, k))
+                live[e.node, k] = False
+    # what the step leaves: returned values are never freed
+    for v, k in F.returned:
+        assert live.get((v, k))
+    assert sched.peak >= sched.timeline.max() >= sched.resident
+
+
+def test_schedule_rejects_other_types():
+    with pytest.raises(ls.ArgumentTypeError, match="CanonicalStrategy or a lowerset.Graph"):
+        ls.schedule("x")
+
+
+def test_facts_round_trip_and_equality(tmp_path):
+    g = _graph([dict(outputs=(8,), args=((-1, 0),), grad_args=(False,), output_views=(-1,),
+                     grad_views=(-1,), forward_peak=20, plain_free_after=(-1,)),
+                dict(outputs=(8, 2), args=((0, 0),), grad_args=(True,), output_views=(0, -1),
+                     grad_views=(1,), plain_free_after=(-1, 0))],
+               externals=(("input", 4),), returned=((1, 0),), seeds=())
+    path = tmp_path / "g.json"
+    ls.save_graph(g, path)
+    back = ls.load_graph(path)
+    assert back == g and back.facts == g.facts
+    changed = ls.Graph(list(g.labels), g.edges, dict(zip(g.labels, g.cost.tolist())),
+                       dict(zip(g.labels, g.memory.tolist())),
+                       facts=ls.ExecutionFacts(
+                           nodes=g.facts.nodes, forward_order=(0, 1), backward_order=(1, 0),
+                           externals=(("input", 5),), returned=((1, 0),)))
+    assert changed != g
+    s = ls.CanonicalStrategy(g, [{0}, {0, 1}])
+    ls.save_strategy(s, tmp_path / "s.json")
+    assert ls.load_strategy(tmp_path / "s.json", graph=g).schedule.events == s.schedule.events
+    with pytest.raises(ls.StrategyError, match="different graph"):
+        ls.load_strategy(tmp_path / "s.json", graph=changed)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(forward_order=(1, 0)), "before its input"),
+    (dict(backward_order=(0, 1)), "before its consumer"),
+    (dict(returned=((5, 0),)), "returned entry"),
+    (dict(seeds=((0, 0),)), "seed must be a returned output"),
+])
+def test_facts_that_do_not_fit_raise(bad, match):
+    nodes = (ls.NodeFacts(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),
+             ls.NodeFacts(outputs=(4,), args=((0, 0),), grad_args=(True,), output_views=(-1,),
+                          grad_views=(-1,), plain_free_after=(-1,)))
+    kw = dict(nodes=nodes, forward_order=(0, 1), backward_order=(1, 0), returned=((1, 0),))
+    kw.update(bad)
+    with pytest.raises(ls.GraphError, match=match):
+        ls.Graph([0, 1], [(0, 1)], {0: 1, 1: 1}, {0: 4, 1: 4}, facts=ls.ExecutionFacts(**kw))
+
+
+def test_default_facts_are_the_papers_conservative_model():
+    g = ls.Graph.chain(4, memory=3)
+    f = ls.default_facts(g)
+    assert all(nf.reads_args == tuple(range(len(nf.args))) and nf.reads_outputs == (0,)
+               for nf in f.nodes)
+    assert f.backward_order == (3, 2, 1, 0) and f.returned == f.seeds == ((3, 0),)
+    assert np.all([nf.outputs == (3,) for nf in f.nodes])
