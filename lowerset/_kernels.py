@@ -506,3 +506,4 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
             used += 1
         fend[b] = used
     return fm, fp, fpa, fpe, used, pairs
+

@@ -8,12 +8,14 @@ device memory, resident bytes included, and its overhead is what the executor re
 without the dropped values no backward step reads).
 
 :func:`pareto` builds a pool of canonical strategies and keeps the trade-off front of (overhead,
-peak); :func:`solve` returns the least overhead on it within a budget, :func:`min_peak` the least
-peak. The pool holds the strategy [V] (no recomputation), Chen's sqrt(n), and the paper's DP in
-both modes at a ladder of eq. (2) budgets from its minimal budget to the eq. (2) peak of [V]: the
-time-centric DP gives the fine partitions and the memory-centric one the coarse partitions that
-liveness analysis favours (the "trial and error" of Sec. 4.4, done with the schedule). It is a
-search over that pool, not an optimum over all lower-set sequences.
+peak); :func:`min_peak` is its least peak. The pool holds the strategy [V] (no recomputation),
+Chen's sqrt(n), and the paper's DP at a ladder of eq. (2) budgets from its minimal budget to the
+eq. (2) peak of [V], in both modes: the time-centric DP gives the fine partitions and the
+memory-centric one the coarse partitions that liveness analysis favours (the "trial and error"
+of Sec. 4.4, done with the schedule). :func:`solve` takes the least overhead on that front within
+the budget, then searches the time-centric DP's eq. (2) budget by bisection for the largest one
+whose plan still fits the device budget (its overhead decreases as the eq. (2) budget grows).
+These are searches, not an optimum over all lower-set sequences.
 """
 
 import math
@@ -34,8 +36,13 @@ __all__ = ["solve", "min_peak", "pareto", "MODELS", "LADDER_SIZE"]
 #: "paper" (eq. (2), the paper's DP).
 MODELS = ("executor", "paper")
 
-#: Eq. (2) budgets per mode at which the paper's DP adds candidates to the pool.
+#: Eq. (2) budgets at which the paper's memory-centric DP adds candidates to the pool (the
+#: time-centric DP: half as many).
 LADDER_SIZE = 12
+
+#: Bisection steps of :func:`solve` on the eq. (2) budget, each a time-centric DP call; the
+#: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power.
+BISECTION_STEPS = 8
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
@@ -117,11 +124,21 @@ def _pool(G, method, max_lower_sets, deadline):
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
         if fam == "exact" and count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS:
             budgets = budgets[:1]
-        for b in budgets:
-            for mode in dp.MODES:
-                add(dp.solve(G, b, mode=mode, method=fam, max_lower_sets=max_lower_sets,
-                             time_limit=deadline.left()))
+        for i, b in enumerate(budgets):
+            add(_paper(G, fam, "memory", b, max_lower_sets, deadline))
+            if i % 2 == 0 or i == len(budgets) - 1:
+                add(_paper(G, fam, "time", b, max_lower_sets, deadline))
     return out
+
+
+def _paper(G, method, mode, budget, max_lower_sets, deadline):
+    """The paper's DP at one eq. (2) budget, cached per graph."""
+    cache = G.__dict__.setdefault("_paper_cache", {})
+    key = (method, mode, budget, max_lower_sets)
+    if key not in cache:
+        cache[key] = dp.solve(G, budget, mode=mode, method=method,
+                              max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    return cache[key]
 
 
 def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
@@ -277,10 +294,49 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
         raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
     if budget is not None:
         budget = as_budget(budget)
+    deadline = _Deadline(time_limit)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:
         return front[-1]
-    for s in front:
+    fits = [s for s in front if s.schedule.peak <= budget]
+    if not fits:
+        raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
+    if fits[0].schedule.recompute_cost == 0:
+        return fits[0]
+    found = _bisect(G, budget, method, max_lower_sets, deadline)
+    best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    best.planner_seconds = time.perf_counter() - deadline.start
+    return best
+
+
+def _bisect(G, budget, method, max_lower_sets, deadline):
+    """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`:
+    bisection (geometric) on the approximate family, then the exact family at the end found."""
+    lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
+    if hi <= lo:
+        return []
+
+    def plan(fam, b):
+        return _paper(G, fam, "time", b, max_lower_sets, deadline)
+
+    found = [s for s in (plan("approx", lo),) if s.schedule.peak <= budget]
+    if not found:
+        return []
+    ok, bad = lo, hi
+    for _ in range(BISECTION_STEPS):
+        mid = int(math.sqrt(ok * bad))
+        if mid <= ok or mid >= bad:
+            break
+        s = plan("approx", mid)
         if s.schedule.peak <= budget:
-            return s
-    raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
+            ok = mid
+            found.append(s)
+        else:
+            bad = mid
+    if method == "exact":
+        s = plan("exact", max(ok, dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
+                                                time_limit=deadline.left())))
+        if s.schedule.peak <= budget:
+            found.append(s)
+    return found

@@ -1,0 +1,139 @@
+"""lowerset.solve / min_peak / pareto: budgets in whole-step device bytes."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lowerset as ls
+
+from facts_strategies import graphs_with_facts
+from strategies import dags, examples
+
+
+def _peak(s):
+    return s.schedule.peak
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(st.data())
+def test_budget_property(data):
+    g = data.draw(st.one_of(graphs_with_facts(max_nodes=7), dags(max_nodes=7)), label="graph")
+    front = ls.pareto(g, "approx")
+    # the front: overhead increasing, peak decreasing
+    assert all(a.schedule.recompute_cost < b.schedule.recompute_cost and _peak(a) > _peak(b)
+               for a, b in zip(front, front[1:]))
+    lo = _peak(front[-1])
+    assert ls.min_peak(g, "approx") is front[-1]
+    # the least peak is at most that of [V] (no recomputation) and of Chen's sqrt(n)
+    assert lo <= ls.schedule(ls.CanonicalStrategy(g, [set(g.labels)])).peak
+    assert lo <= ls.baselines.chen_sqrtn(g).schedule.peak
+    hi = ls.schedule(ls.CanonicalStrategy(g, [set(g.labels)])).peak
+    budgets = sorted({lo, hi, *data.draw(st.lists(st.integers(lo, max(lo, hi)), max_size=4))})
+    prev = None
+    for b in budgets:
+        s = ls.solve(g, budget=b, method="approx")
+        assert _peak(s) <= b
+        # a larger budget never costs more overhead
+        assert prev is None or s.schedule.recompute_cost <= prev
+        prev = s.schedule.recompute_cost
+    # with the peak of [V] available, nothing needs recomputing
+    assert ls.solve(g, budget=hi, method="approx").schedule.recompute_cost == 0
+    if lo > 0:
+        with pytest.raises(ls.InfeasibleBudgetError) as err:
+            ls.solve(g, budget=lo - 1, method="approx")
+        assert err.value.min_budget == lo
+
+
+@settings(max_examples=examples(0.2), deadline=None)
+@given(graphs_with_facts(max_nodes=7))
+def test_exact_pool_holds_the_approximate_one(g):
+    """The exact method searches more candidates: its front is nowhere above the approximate
+    front (for every budget, overhead exact <= overhead approx)."""
+    ex, ap = ls.pareto(g, "exact"), ls.pareto(g, "approx")
+    assert _peak(ex[-1]) <= _peak(ap[-1])
+    for s in ap:
+        best = min(e.schedule.recompute_cost for e in ex if _peak(e) <= _peak(s))
+        assert best <= s.schedule.recompute_cost
+
+
+def test_hand_checked_chain():
+    # chain of 4 x 10 bytes, default facts (every backward reads its input and output):
+    # [V] peaks at 4 values + seed + 2 gradients; dropping the first value saves one
+    g = ls.Graph.chain(4, memory=10)
+    plain = ls.schedule(g).peak
+    assert plain == 70
+    assert ls.solve(g, budget=70).schedule.recompute_cost == 0
+    s = ls.solve(g, budget=69)
+    assert s.schedule.peak <= 69 and s.schedule.recompute_cost >= 1
+    assert s.schedule.recomputed
+
+
+def test_float_budget_is_rounded_down():
+    g = ls.Graph.chain(6, memory=10)
+    lo = ls.min_peak(g).schedule.peak
+    assert ls.solve(g, budget=lo + 0.99).schedule.peak == ls.solve(g, budget=lo).schedule.peak
+    with pytest.raises(ls.InfeasibleBudgetError, match=r"bytes \(0\.000 GB\)"):
+        ls.solve(g, budget=lo - 0.5)
+
+
+def test_paper_model_is_the_eq2_dp():
+    g = ls.Graph.chain(8, memory=10)
+    for mode in ("time", "memory"):
+        a = ls.solve(g, budget=90, mode=mode, model="paper")
+        b = ls.dp.solve(g, 90, mode=mode)
+        assert a.lower_sets == b.lower_sets and a.overhead == b.overhead
+    assert ls.solve(g, model="paper").peak_memory == ls.min_budget(g)
+
+
+class TestErrors:
+    g = ls.Graph.chain(3, memory=10)
+
+    @pytest.mark.parametrize("budget", ["1GB", b"1", [1], True])
+    def test_budget_type(self, budget):
+        with pytest.raises(ls.ArgumentTypeError, match="budget must be a number of bytes"):
+            ls.solve(self.g, budget=budget)
+
+    @pytest.mark.parametrize("budget", [math.nan, math.inf, -1, -0.5])
+    def test_budget_value(self, budget):
+        with pytest.raises(ls.ArgumentError, match="budget must be"):
+            ls.solve(self.g, budget=budget)
+
+    def test_other_arguments(self):
+        with pytest.raises(ls.ArgumentTypeError, match="expected a lowerset.Graph"):
+            ls.solve("x")
+        with pytest.raises(ls.ArgumentError, match="unknown model"):
+            ls.solve(self.g, model="eq2")
+        with pytest.raises(ls.ArgumentError, match="memory-centric DP: use model='paper'"):
+            ls.solve(self.g, mode="memory")
+        with pytest.raises(ls.ArgumentError, match="unknown method"):
+            ls.pareto(self.g, "greedy")
+        with pytest.raises(ValueError):   # ArgumentError is a ValueError for callers
+            ls.solve(self.g, budget=-1)
+
+    def test_search_limits(self):
+        fan = ls.Graph(list(range(20)), [(0, v) for v in range(1, 20)],
+                       dict.fromkeys(range(20), 1), dict.fromkeys(range(20), 1))
+        with pytest.raises(ls.SearchLimitError):
+            ls.pareto(fan, "exact", max_lower_sets=100)
+        with pytest.raises(ls.SearchLimitError):
+            ls.pareto(ls.Graph.chain(30), "exact", time_limit=1e-9)
+
+
+def test_planner_on_the_authors_graphs(cg_graph):
+    """On each authors' graph (default facts): the plan fits its budget, and the least peak is
+    below Chen's and [V]."""
+    g = cg_graph
+    front = ls.pareto(g, "approx")
+    plain = ls.schedule(g).peak
+    for f in (0.9, 0.75, 0.6):
+        try:
+            s = ls.solve(g, budget=f * plain, method="approx")
+        except ls.InfeasibleBudgetError as e:
+            assert e.min_budget == front[-1].schedule.peak > f * plain
+            continue
+        assert s.schedule.peak <= f * plain
+    assert front[-1].schedule.peak < ls.baselines.chen_sqrtn(g).schedule.peak
+    assert np.isfinite(front[-1].schedule.peak)
