@@ -2,8 +2,8 @@
 
 For each network at the CPU preset of ``reproduce_table1.py``, the traced graph's plain step
 has a predicted peak P (``lowerset.schedule(graph).peak``, bytes of the whole step: parameters,
-inputs, activations, gradients, workspace). At B = 0.9 P, 0.75 P, 0.6 P and at the planner's
-least peak, this script plans with ``lowerset.solve(graph, budget=B, method=...)`` and compares
+inputs, activations, gradients, workspace). At B = 0.9 P, 0.75 P, 0.6 P, midway between P and
+the planner's least peak, and at that least peak, this script plans with ``lowerset.solve(graph, budget=B, method=...)`` and compares
 its overhead (what the schedule recomputes, cost units) with the best alternative whose
 predicted peak fits B:
 
@@ -117,8 +117,9 @@ def run_network(name, methods, n_budgets, legacy):
         front = lowerset.pareto(g, method)
         planner_s = time.perf_counter() - t0
         alts = alternatives(g, method, n_budgets, (legacy or {}).get(f"{name}/{method}"))
+        least = lowerset.min_peak(g, method).schedule.peak
         budgets = [(f"{f:.2f} x plain", int(f * plain)) for f in FRACTIONS]
-        budgets.append(("min peak", front[-1].schedule.peak))
+        budgets += [("midway", (least + plain) // 2), ("min peak", least)]
         for label, B in budgets:
             row = {"network": name, "method": method, "budget_label": label, "budget": B,
                    "plain_predicted": plain, "plain_measured": plain_meas + resident,

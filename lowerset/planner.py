@@ -206,7 +206,8 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
 
 
 def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
-    """Return the planner's strategy with the least schedule peak (least overhead among ties).
+    """Return the planner's strategy with the least schedule peak, with the least overhead
+    :func:`solve` finds at that peak.
 
     Parameters and errors as :func:`pareto`.
 
@@ -221,7 +222,9 @@ def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_l
     >>> ls.min_peak(g).schedule.peak <= ls.schedule(g).peak
     True
     """
-    return pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)[-1]
+    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
+    return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
+                 time_limit=time_limit)
 
 
 def solve(G, budget=None, mode="time", method="exact", *, model="executor",
@@ -297,7 +300,7 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
     deadline = _Deadline(time_limit)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:
-        return front[-1]
+        return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     fits = [s for s in front if s.schedule.peak <= budget]
     if not fits:
         raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
