@@ -57,6 +57,9 @@ class NodeFacts:
     stochastic : bool
         The function's state holds random draws (a dropout mask) that a recomputation must
         reuse: the state is never dropped before its backward.
+    pinned : bool
+        The function must not run twice (a side effect a recomputation would repeat): its
+        outputs are never dropped, so it is never recomputed.
     plain_free_after : tuple of int
         Per output: the forward position after whose function the plain framework (no hook)
         frees the array, or -1 when it lives to the end of the step.
@@ -73,6 +76,7 @@ class NodeFacts:
     forward_peak: int = 0
     backward_peak: int = 0
     stochastic: bool = False
+    pinned: bool = False
     plain_free_after: tuple = ()
 
     def to_dict(self):

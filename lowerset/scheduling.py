@@ -235,14 +235,21 @@ def simulate(plan):
 
 def dropped_nodes(strategy):
     """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
-    pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs and nodes without consumers."""
+    pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
+    consumers."""
     g = strategy.graph
     keep = strategy._segment_masks[-1].copy()
     for b in strategy._cached_masks:
         keep |= b
     for v, _ in g.facts.returned:
         keep[v] = True
+    keep |= pinned_nodes(g)
     return ~keep & (np.diff(g.succ_ptr) > 0)
+
+
+def pinned_nodes(g):
+    """Bool per node id (shape (n,)): the pinned nodes (``NodeFacts.pinned``)."""
+    return np.array([nf.pinned for nf in g.facts.nodes], dtype=bool)
 
 
 # -- flattened facts -------------------------------------------------------------------------------

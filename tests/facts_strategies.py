@@ -4,7 +4,7 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, saved state (stochastic or not), workspace peaks, plain-run frees, a random subset of
+views, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees, a random subset of
 nodes whose backward runs (in a random order with consumers first), several returned outputs.
 Nodes are listed in forward order.
 """
@@ -53,6 +53,7 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             forward_peak=draw(st.sampled_from([0, 0, 50, 120])),
             backward_peak=draw(st.sampled_from([0, 0, 50, 120])),
             stochastic=draw(st.booleans()),
+            pinned=draw(st.sampled_from([False, False, False, True])),
             plain_free_after=tuple(draw(st.sampled_from([-1] + list(range(last, n))))
                                    for _ in outs[v])))
     runs = draw(st.lists(st.booleans(), min_size=n, max_size=n), label="backward runs")

@@ -27,8 +27,8 @@ def events(plan):
 
 def _dropped(strategy):
     """Bool per node id: the strategy drops the node's outputs after the forward pass (the
-    segments but the last, minus the boundaries, returned outputs and nodes without
-    consumers)."""
+    segments but the last, minus the boundaries, returned outputs, pinned nodes and nodes
+    without consumers)."""
     g, F = strategy.graph, strategy.graph.facts
     keep = np.zeros(g.n, dtype=bool)
     keep[strategy._segment_masks[-1]] = True
@@ -36,6 +36,8 @@ def _dropped(strategy):
         keep |= b
     for v, _ in F.returned:
         keep[v] = True
+    for v, nf in enumerate(F.nodes):
+        keep[v] |= nf.pinned
     has_consumer = np.diff(g.succ_ptr) > 0
     return ~keep & has_consumer
 
