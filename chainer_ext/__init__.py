@@ -1,11 +1,11 @@
 """Chainer executor for :mod:`lowerset` plans (Kusumoto et al., NeurIPS 2019, Sec. 3).
 
 Needs Chainer 7.8.1: ``pip install 'lowerset[chainer]'``; without it, ``import chainer_ext``
-raises ``ModuleNotFoundError`` (an ``ImportError``) saying so. Importing this package first applies the fixes that let
-Chainer 7.8.1 run on NumPy 2, Python >= 3.12 and NumPy >= 1.24 (``numpy.sctypes``, a
-``numpy.distutils`` stub during ``import chainer``, ``numpy.float`` in ``F.resize_images``, which
-chainercv's PSPNet and DeepLab call); each acts only where it is needed, and
-``chainer_ext._compat.applied`` lists those that ran (see ``_compat.py``).
+raises ``ModuleNotFoundError`` (an ``ImportError``) saying so. Importing this package first
+applies the fixes that let Chainer 7.8.1 run on NumPy 2, Python >= 3.12 and NumPy >= 1.24
+(``numpy.sctypes``, a ``numpy.distutils`` stub during ``import chainer``, ``numpy.float`` in
+``F.resize_images``, which chainercv's PSPNet and DeepLab call); each acts only where it is
+needed, and ``chainer_ext._compat.applied`` lists those that ran (see ``_compat.py``).
 
 >>> graph = trace(lambda: F.softmax_cross_entropy(model(x), t))   # doctest: +SKIP
 >>> hook = RecomputeHook(lowerset.solve(graph, mode="time"))      # doctest: +SKIP

@@ -27,8 +27,9 @@ that ran. On the CPU setup of ``./scripts/test.sh`` (Python 3.11, NumPy 1.26) on
    results are unchanged. Permanent, only where NumPy has no ``float`` alias.
 
 If ``chainer`` is not installed, :func:`import_chainer` raises a ``ModuleNotFoundError`` (an
-``ImportError``) that names the extra to install (``pip install 'lowerset[chainer]'``); if Chainer's own import of
-``pkg_resources`` fails (setuptools >= 81 has none), the error names ``setuptools<74``.
+``ImportError``) that names the extra to install (``pip install 'lowerset[chainer]'``); if
+Chainer's own import of ``pkg_resources`` fails (setuptools >= 81 has none), the error names
+``setuptools<74``.
 
 Not patched here, on purpose:
 

@@ -38,8 +38,10 @@ worker's slice would make data-parallel training differ from one process on the 
 Raises
 ------
 SystemExit
-    With ``--check``, on rank 0, if a check fails (status 1); if the number of processes does not
-    divide nothing (``--batch`` < 1) or the plan does not fit a worker's graph.
+    Status 1 on rank 0 with ``--check`` if a check fails (the message names it); status 2 if
+    ``--batch`` or ``--steps`` is below 1.
+lowerset.StrategyError
+    On a worker whose traced graph differs from rank 0's (another network or local batch shape).
 """
 
 import argparse
@@ -66,19 +68,19 @@ from chainer_ext import RecomputeHook, peak_memory, trace
 #: ``atol`` relative to the largest gradient element of each parameter (for elements that cancel
 #: to near zero). Both sides compute the same sums in different orders. In the backward pass, one
 #: process sums all N*B examples inside one GEMM, while the workers sum B each and the all-reduce
-#: adds the N partial sums (the scalings 1/B, 1/N and 1/(N*B) are powers of two here, so exact).
+#: adds the N partial sums (with N and B powers of two, 1/B, 1/N and 1/(N*B) scale exactly).
 #: In the forward pass, BLAS blocks a GEMM by its number of rows, so a worker's slice and the same
 #: rows of the whole batch differ in the last bits too. Reordering a sum of K terms changes it by
 #: at most about 2*K*u*sum(|terms|) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd
 #: ed., eq. 4.4), typically by about sqrt(K)*u*sum(|terms|) for rounding errors of random sign;
-#: the largest sums here have K = 16 * 32 * 32 = 16384 terms (first convolution's weight
-#: gradient at 32x32), so with u = 2**-53 (float64) the typical relative difference is about
-#: 1.4e-14 and the worst 3.6e-12, and with u = 2**-24 (float32) 7.6e-6 and 2e-3. The tolerances
-#: sit between the two. Past rounding, ReLU and max pooling turn a difference into a different
-#: gradient where a value lies within rounding of a kink (a pre-activation at 0, a tie in a
-#: pooling window): in float32 that happens (one element in three steps at 64x64 with the
-#: defaults), in float64 the chance is about 1e-16 per value, so ``--check`` compares in float64
-#: by default.
+#: the largest sums at the defaults have K = 16 * 32 * 32 = 16384 terms (the first
+#: convolution's weight gradient: 2 x 8 examples at 32x32), so with u = 2**-53 (float64) the
+#: typical relative difference is about 1.4e-14 and the worst 3.6e-12, and with u = 2**-24
+#: (float32) 7.6e-6 and 2e-3. The tolerances sit between the two. Past rounding, ReLU and max
+#: pooling turn a difference into a different gradient where a value lies within rounding of a
+#: kink (a pre-activation at 0, a tie in a pooling window). In float32 that happens (seen once
+#: in three steps at 64x64 with two convolutions per stage); in float64 the chance is about
+#: 1e-16 per value, so ``--check`` compares in float64 by default.
 TOLERANCES = {"float64": (1e-12, 1e-13), "float32": (1e-4, 1e-5)}
 
 
@@ -370,7 +372,8 @@ def check(result):
 def report(result):
     mib = 1 / 2 ** 20
     print(f"{result['workers']} workers x {result['batch_per_worker']} examples, "
-          f"{result['size']}x{result['size']}, {result['dtype']}; plan: {result['strategy']['name']}, "
+          f"{result['size']}x{result['size']}, {result['dtype']}; "
+          f"plan: {result['strategy']['name']}, "
           f"{result['strategy']['lower_sets']} segments over {result['strategy']['nodes']} "
           f"nodes, {result['strategy']['plan_json_bytes']} B of JSON broadcast")
     for r, pk in enumerate(result["peaks"]):

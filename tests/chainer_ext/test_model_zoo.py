@@ -44,9 +44,9 @@ def _pick(model, layer):
     return model
 
 
-def _classifier(lossfn=None):
-    lossfn = lossfn or (lambda m, x, t: F.softmax_cross_entropy(m(x), t))
-    return lossfn
+def _softmax_ce(model, x, t):
+    """Softmax cross entropy of the logits (per image, or per pixel for segmentation)."""
+    return F.softmax_cross_entropy(model(x), t)
 
 
 def _ssd_loss(model, x):
@@ -87,19 +87,19 @@ MODELS = {
     # chainercv classification
     "cv-resnet50": (lambda: _pick(_cv().links.ResNet50(n_class=10, pretrained_model=None,
                                                        arch="fb"), "fc6"),
-                    lambda: (_images(2, 64), _labels((2,), 10)), _classifier()),
+                    lambda: (_images(2, 64), _labels((2,), 10)), _softmax_ce),
     "cv-vgg16": (lambda: _pick(_cv().links.VGG16(n_class=10, pretrained_model=None), "fc8"),
-                 lambda: (_images(2, 32), _labels((2,), 10)), _classifier()),
+                 lambda: (_images(2, 32), _labels((2,), 10)), _softmax_ce),
     "cv-seresnext50": (lambda: _pick(_cv().links.SEResNeXt50(n_class=10,
                                                              pretrained_model=None), "fc6"),
-                       lambda: (_images(2, 64), _labels((2,), 10)), _classifier()),
+                       lambda: (_images(2, 64), _labels((2,), 10)), _softmax_ce),
     # chainercv semantic segmentation (per-pixel softmax cross entropy)
     "cv-segnet": (lambda: _cv().links.SegNetBasic(n_class=5),
-                  lambda: (_images(2, 32), _labels((2, 32, 32), 5)), _classifier()),
+                  lambda: (_images(2, 32), _labels((2, 32, 32), 5)), _softmax_ce),
     "cv-pspnet-resnet50": (
         lambda: __import__("chainercv.experimental.links", fromlist=["x"]).PSPNetResNet50(
             n_class=5, input_size=(65, 65)),
-        lambda: (_images(2, 65), _labels((2, 65, 65), 5)), _classifier()),
+        lambda: (_images(2, 65), _labels((2, 65, 65), 5)), _softmax_ce),
     "cv-deeplabv3plus-xception65": (
         lambda: _cv().links.DeepLabV3plusXception65(n_class=5, min_input_size=(65, 65)),
         lambda: (_images(2, 65), _labels((2, 65, 65), 5)),
