@@ -23,6 +23,10 @@ if [ -z "$PY" ]; then
         fi
     done
 fi
+if [ -z "$PY" ]; then
+    echo "scripts/test_planner.sh: no Python >= 3.10 found; set PYTHON_PLANNER" >&2
+    exit 1
+fi
 unset PIP_CONSTRAINT PIP_BUILD_CONSTRAINT
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ ! -x "$VENV/bin/python" ]; then
