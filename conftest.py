@@ -1,8 +1,27 @@
-"""Repo-wide pytest configuration: doctest namespace, --runslow, hypothesis profiles."""
+"""Repo-wide pytest configuration: doctest namespace, --runslow, hypothesis profiles.
 
+Where Chainer is installed, :mod:`chainer_ext` is imported here, before any test module imports
+``chainer``: it applies its NumPy fixes for Chainer 7.8.1 first (``chainer_ext/_compat.py``),
+which ``import chainer`` needs on NumPy 2. Where Chainer is not installed (the planner-only
+environment of ``scripts/test_planner.sh``), ``chainer_ext/``, ``examples/`` and
+``tests/chainer_ext/`` are not collected (pytest collects a path given on its command line or in
+``testpaths`` all the same, so that script names ``tests lowerset``), and the other tests that
+need Chainer skip themselves.
+"""
+
+import importlib.util
 import os
 
 import pytest
+
+#: True where Chainer is installed (``pip install 'lowerset[chainer]'``).
+HAVE_CHAINER = importlib.util.find_spec("chainer") is not None
+
+if HAVE_CHAINER:
+    import chainer_ext  # noqa: F401
+    collect_ignore = []
+else:
+    collect_ignore = ["chainer_ext", "examples", "tests/chainer_ext"]
 
 try:
     from hypothesis import HealthCheck, settings

@@ -367,7 +367,7 @@ def test_unet_backward():
 
 @pytest.mark.slow
 def test_pspnet_backward():
-    """Also exercises ResizeImagesGrad with the NumPy >= 1.24 fix (examples/models/_compat.py)."""
+    """Also exercises ResizeImagesGrad with the NumPy >= 1.24 fix (chainer_ext/_compat.py)."""
     _check_backward("pspnet", (241, 241))
 
 

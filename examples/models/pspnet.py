@@ -1,6 +1,7 @@
 """PSPNet (Zhao et al., CVPR 2017) with a dilated ResNet-101, as in the authors' ``cg_pspnet.txt``.
 
-Written here because chainercv does not install on Python 3.11. It reproduces chainercv's
+Written here so that Table 1 runs without chainercv (whose last release, 0.13.1, does not install
+from PyPI on Python >= 3.9; ``scripts/chainercv.py`` builds it). It reproduces chainercv's
 ``PSPNetResNet101`` and the ``TrainChain`` of its PSPNet training example, which is what the
 authors' graph records (parameter names ``/model/extractor/...``, ``/aux_conv1/...``):
 
@@ -20,18 +21,17 @@ authors' graph records (parameter names ``/model/extractor/...``, ``/aux_conv1/.
 
 The number of classes is 17: the authors' ``head_conv2/b`` has 68 bytes. 385 nodes with the loss.
 
-Importing this module applies :func:`._compat.fix_resize_images`: Chainer 7.8.1's
-``resize_images`` uses ``numpy.float``, which NumPy >= 1.24 no longer has.
+Importing this module imports :mod:`chainer_ext` first, which applies its fix for Chainer 7.8.1's
+``resize_images`` (it uses ``numpy.float``, which NumPy >= 1.24 no longer has; see
+``chainer_ext/_compat.py``).
 """
+
+import chainer_ext  # noqa: F401  (first: its NumPy fixes for Chainer, resize_images among them)
 
 import chainer
 import chainer.functions as F
 import chainer.links as L
 from chainer import initializers
-
-from ._compat import fix_resize_images
-
-fix_resize_images()
 
 __all__ = ["PSPNetTrainChain", "PSPNet", "DilatedResNet", "Conv2DBNActiv", "PyramidPoolingModule"]
 
