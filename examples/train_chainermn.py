@@ -183,7 +183,7 @@ def compare(got, ref, rtol, atol):
 def make_strategy(graph, name):
     if name == "chen":
         return lowerset.baselines.chen_sqrtn(graph)
-    return lowerset.solve(graph, mode="memory", method="approx")
+    return lowerset.min_peak(graph, "approx")
 
 
 def run_step(model, x, t, hook=None):
@@ -237,7 +237,7 @@ def main(argv=None):
     p.add_argument("--size", type=int, default=32, help="image height and width")
     p.add_argument("--width", type=int, default=16, help="channels of the first stage")
     p.add_argument("--convs", type=int, default=4, help="convolutions per stage (3 stages)")
-    p.add_argument("--strategy", choices=["approx-memory", "chen"], default="approx-memory")
+    p.add_argument("--strategy", choices=["min-peak", "chen"], default="min-peak")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--communicator", default="naive",

@@ -41,8 +41,10 @@ MODELS = ("executor", "paper")
 LADDER_SIZE = 12
 
 #: Bisection steps of :func:`solve` on the eq. (2) budget, each a time-centric DP call; the
-#: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power.
+#: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power. The exact family gets
+#: EXACT_BISECTION_STEPS (half as many above 5,000 lower sets).
 BISECTION_STEPS = 8
+EXACT_BISECTION_STEPS = 4
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
@@ -122,8 +124,10 @@ def _pool(G, method, max_lower_sets, deadline):
     for fam in families:
         lo = dp.min_budget(G, fam, max_lower_sets=max_lower_sets, time_limit=deadline.left())
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        if fam == "exact" and count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS:
-            budgets = budgets[:1]
+        large = fam == "exact" and count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS
+        if large:  # the memory-centric plan at the minimal budget; solve bisects the rest
+            add(_paper(G, fam, "memory", lo, max_lower_sets, deadline))
+            continue
         for i, b in enumerate(budgets):
             add(_paper(G, fam, "memory", b, max_lower_sets, deadline))
             if i % 2 == 0 or i == len(budgets) - 1:
@@ -192,17 +196,29 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
     key = (method, max_lower_sets)
     if key not in cache:
         deadline = _Deadline(time_limit)
-        pool = _pool(G, method, max_lower_sets, deadline)
-        ranked = sorted(pool, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
-        front = []
-        for s in ranked:
-            if not front or s.schedule.peak < front[-1].schedule.peak:
-                front.append(s)
+        front = _front(_pool(G, method, max_lower_sets, deadline))
         elapsed = time.perf_counter() - deadline.start
         for s in front:
             s.planner_seconds = elapsed
         cache[key] = front
     return list(cache[key])
+
+
+def _front(strategies):
+    """The strategies not dominated in (recompute cost, schedule peak), overhead increasing."""
+    ranked = sorted(strategies, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    front = []
+    for s in ranked:
+        if not front or s.schedule.peak < front[-1].schedule.peak:
+            front.append(s)
+    return front
+
+
+def _merge(G, method, max_lower_sets, strategies):
+    """Add `strategies` to the cached front of (method, max_lower_sets)."""
+    cache = G.__dict__["_pareto_cache"]
+    key = (method, max_lower_sets)
+    cache[key] = _front(cache[key] + list(strategies))
 
 
 def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
@@ -307,6 +323,7 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
     if fits[0].schedule.recompute_cost == 0:
         return fits[0]
     found = _bisect(G, budget, method, max_lower_sets, deadline)
+    _merge(G, method, max_lower_sets, found)
     best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
     best.planner_seconds = time.perf_counter() - deadline.start
     return best
@@ -314,32 +331,57 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
 
 def _bisect(G, budget, method, max_lower_sets, deadline):
     """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`:
-    bisection (geometric) on the approximate family, then the exact family at the end found."""
-    lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    a geometric bisection over the pruned family, then (``method="exact"``) a shorter one over
+    all lower sets between the exact minimal budget and the first approximate budget that did
+    not fit. Each exact DP call is bounded by the approximate plan's overhead at the same eq. (2)
+    budget (a plan of the exact family too), which makes it one pass."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
-    if hi <= lo:
-        return []
-
-    def plan(fam, b):
-        return _paper(G, fam, "time", b, max_lower_sets, deadline)
-
-    found = [s for s in (plan("approx", lo),) if s.schedule.peak <= budget]
-    if not found:
-        return []
-    ok, bad = lo, hi
-    for _ in range(BISECTION_STEPS):
-        mid = int(math.sqrt(ok * bad))
-        if mid <= ok or mid >= bad:
-            break
-        s = plan("approx", mid)
-        if s.schedule.peak <= budget:
-            ok = mid
-            found.append(s)
-        else:
-            bad = mid
+    lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    found, ok, bad = _bisect_family(G, budget, "approx", lo, hi, BISECTION_STEPS,
+                                    max_lower_sets, deadline)
     if method == "exact":
-        s = plan("exact", max(ok, dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
-                                                time_limit=deadline.left())))
+        lo_e = dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
+                             time_limit=deadline.left())
+        steps = EXACT_BISECTION_STEPS
+        if count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS:
+            steps = max(1, steps // 2)
+        more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad), steps,
+                                    max_lower_sets, deadline)
+        found += more
+    return found
+
+
+def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline):
+    """Geometric bisection of the eq. (2) budget in [lo, hi] for the time-centric DP of
+    `family`; return (plans that fit `budget`, last eq. (2) budget that fit or None, first
+    that did not)."""
+    def plan(b):
+        bound = None
+        if family == "exact":  # the approximate plan at b is a plan of the exact family
+            try:
+                bound = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
+            except InfeasibleBudgetError:
+                pass   # b is below the pruned family's minimal budget
+        cache = G.__dict__.setdefault("_paper_cache", {})
+        key = (family, "time", b, max_lower_sets)
+        if key not in cache:
+            cache[key] = dp.solve(G, b, mode="time", method=family,
+                                  max_lower_sets=max_lower_sets, time_limit=deadline.left(),
+                                  overhead_bound=bound)
+        return cache[key]
+
+    found, ok, bad = [], None, hi
+    for _ in range(steps + 1):
+        b = lo if ok is None and not found and bad == hi else int(math.sqrt(max(ok or lo, 1)
+                                                                            * bad))
+        if ok is not None and (b <= ok or b >= bad):
+            break
+        s = plan(b)
         if s.schedule.peak <= budget:
             found.append(s)
-    return found
+            ok = b
+        else:
+            bad = b
+            if ok is None and b == lo:
+                break
+    return found, ok, bad

@@ -58,7 +58,7 @@ def test_lowerset_never_imports_chainer():
     code = ("import sys\n"
             "import lowerset as ls\n"
             "g = ls.Graph.chain(4)\n"
-            "s = ls.solve(g, mode='memory', method='approx')\n"
+            "s = ls.solve(g, budget=1e9, method='approx')\n"
             "ls.baselines.chen_sqrtn(g); ls.simulate(s)\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('chainer', 'chainer_ext', 'cupy', 'chainermn'))\n"
