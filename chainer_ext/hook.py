@@ -333,8 +333,7 @@ class RecomputeHook(chainer.FunctionHook):
         for k, a in enumerate(outs):
             if a is not None:
                 self._held[j, k] = a
-        made = sum(a.nbytes if a is not None else b  # an unused output the caller dropped
-                   for a, b in zip(outs, self._facts[j].outputs))
+        made = sum(self._value_bytes(j, k, a) for k, a in enumerate(outs))
         made += _nbytes(getattr(f, a) for a in self._state[j])
         del outs, nodes
         self._expect("forward", j)
@@ -413,8 +412,13 @@ class RecomputeHook(chainer.FunctionHook):
                 retained[self._ret_out[v].index(k)] = None
         if retained is not None:
             _ci.set_retained_output_data(f, tuple(retained))
-        self._note(kind, v, _nbytes(freed), ks)
+        self._note(kind, v, sum(self._value_bytes(v, k, a) for k, a in zip(ks, freed)), ks)
         self._log["discarded" if kind == "drop" else "freed"].append(v)
+
+    def _value_bytes(self, v, k, array):
+        """Bytes of output k of node v; an unused output the caller dropped at once (no array
+        held) counts as the traced size, as in the schedule."""
+        return array.nbytes if array is not None else self._facts[v].outputs[k]
 
     def _free_state(self, v):
         f = self._funcs[v]

@@ -392,5 +392,20 @@ def report(result):
         print(line)
 
 
+def main_or_abort():
+    """Run :func:`main`; an exception on one worker aborts every worker.
+
+    Without the abort the other workers wait forever in the next collective call.
+    """
+    try:
+        return main()
+    except BaseException:
+        import traceback
+        from mpi4py import MPI
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_or_abort())

@@ -24,6 +24,10 @@ __all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "EXTERNAL_KINDS"]
 #: Kinds of external arrays: "param" (gets a gradient that persists) and "input".
 EXTERNAL_KINDS = ("param", "input")
 
+#: NodeFacts fields that a trace measures rather than reads off the graph: two traces of the
+#: same step can differ in them by a few bytes of interpreter allocations.
+MEASURED_FIELDS = ("forward_peak", "backward_peak")
+
 
 @dataclass(frozen=True)
 class NodeFacts:
@@ -167,13 +171,18 @@ class ExecutionFacts:
         if not set(self.seeds) <= set(self.returned):
             raise GraphError("every seed must be a returned output")
 
-    def keyed(self, labels):
-        """A hashable form with node ids replaced by `labels` (for graph equality)."""
+    def keyed(self, labels, measured=True):
+        """A hashable form with node ids replaced by `labels` (for graph equality).
+
+        With ``measured=False`` it leaves out the measured workspace peaks (``forward_peak``,
+        ``backward_peak``), which vary by a few bytes between two traces of the same step.
+        """
         def lab(src):
             return labels[src] if src >= 0 else ("external", ~src)
+        skip = ("outputs", "args") if measured else ("outputs", "args") + MEASURED_FIELDS
         nodes = frozenset(
             (labels[v], nf.outputs, tuple((lab(s), k) for s, k in nf.args),
-             tuple(getattr(nf, f.name) for f in fields(nf) if f.name not in ("outputs", "args")))
+             tuple(getattr(nf, f.name) for f in fields(nf) if f.name not in skip))
             for v, nf in enumerate(self.nodes))
         return (nodes, tuple(labels[v] for v in self.forward_order),
                 tuple(labels[v] for v in self.backward_order), self.externals,

@@ -288,6 +288,22 @@ class Graph:
         facts = self.facts.keyed(self.labels) if self.has_facts else None
         return nodes, frozenset(self.edges), facts
 
+    def matches(self, other):
+        """Whether `other` is the same graph up to node order and measured workspace peaks.
+
+        Equal nodes, costs (cost units), memory (bytes), edges and execution facts, leaving out
+        the facts' measured ``forward_peak``/``backward_peak`` bytes. A strategy planned on one
+        trace of a step binds to another trace of it (another process, another worker) when the
+        two match.
+        """
+        if not isinstance(other, Graph):
+            return False
+        mine, theirs = self.fingerprint(), other.fingerprint()
+        if mine[:2] != theirs[:2] or self.has_facts != other.has_facts:
+            return False
+        return (not self.has_facts or self.facts.keyed(self.labels, measured=False)
+                == other.facts.keyed(other.labels, measured=False))
+
     def __eq__(self, other):
         return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()
 

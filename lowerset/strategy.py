@@ -212,13 +212,15 @@ class CanonicalStrategy:
         ----------
         data : dict
         graph : Graph, optional
-            If given, the stored graph must equal it and the strategy is attached to `graph`.
+            If given, the stored graph must match it (:meth:`Graph.matches`: equal up to node
+            order and measured workspace peaks) and the strategy is attached to `graph`, so
+            its schedule uses `graph`'s own measurements.
 
         Raises
         ------
         StrategyError
-            If the dict is not a lowerset strategy of a known version, or its graph differs
-            from `graph`.
+            If the dict is not a lowerset strategy of a known version, or its graph does not
+            match `graph`.
         """
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
@@ -230,9 +232,9 @@ class CanonicalStrategy:
         except (KeyError, TypeError) as e:
             raise StrategyError(f"malformed strategy: missing or invalid entry {e}") from None
         if graph is not None:
-            if graph != stored:
+            if not graph.matches(stored):
                 raise StrategyError("the strategy was planned for a different graph (nodes, "
-                                    "edges, costs or memory differ)")
+                                    "edges, costs, memory or execution facts differ)")
         else:
             graph = stored
         return cls(graph, lower_sets, method=data.get("method"),

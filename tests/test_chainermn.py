@@ -42,7 +42,7 @@ def result(tmp_path_factory):
     cmd = [_mpiexec(), "-n", str(WORKERS), sys.executable,
            os.path.join(ROOT, "examples", "train_chainermn.py"),
            "--check", "--steps", str(STEPS), "--json", str(out)]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}"
     with open(out) as f:
         data = json.load(f)

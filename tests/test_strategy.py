@@ -249,6 +249,32 @@ class TestJSON:
         t = ls.load_strategy(p, graph=b)
         assert t.graph is b and t.lower_sets == s.lower_sets
 
+    def test_binds_to_a_trace_differing_only_in_measured_peaks(self):
+        # Two traces of one step measure workspace peaks a few bytes apart; the plan binds to
+        # the local trace (whose measurements its schedule then uses), but a structural
+        # difference in the facts is a different graph.
+        from dataclasses import replace
+        g = skip()
+        facts = ls.default_facts(g)
+
+        def with_node1(**changes):
+            nodes = list(facts.nodes)
+            nodes[1] = replace(nodes[1], **changes)
+            return ls.Graph(range(4), g.edges, dict(zip(range(4), g.cost.tolist())),
+                            dict(zip(range(4), g.memory.tolist())),
+                            facts=replace(facts, nodes=tuple(nodes)))
+
+        planned, local = with_node1(forward_peak=100), with_node1(forward_peak=164)
+        assert planned != local and planned.matches(local)
+        s = ls.CanonicalStrategy(planned, [{0, 1}, {0, 1, 2, 3}])
+        t = ls.CanonicalStrategy.from_dict(s.to_dict(), graph=local)
+        assert t.graph is local and t.lower_sets == s.lower_sets
+        assert t.schedule.events == s.schedule.events
+        other = with_node1(forward_peak=100, reads_args=())
+        assert not planned.matches(other)
+        with pytest.raises(ls.StrategyError, match="different graph"):
+            ls.CanonicalStrategy.from_dict(s.to_dict(), graph=other)
+
     def test_bad_json_file(self, tmp_path):
         p = tmp_path / "bad.json"
         p.write_text('{"format": "lowerset.strategy",\n  oops}')

@@ -23,7 +23,7 @@ import chainer.functions as F  # noqa: E402
 import chainer.links as L  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import RecomputeHook, TraceError, trace  # noqa: E402
+from chainer_ext import RecomputeHook, trace  # noqa: E402
 
 
 def _cv():
@@ -124,12 +124,6 @@ MODELS = {
                          _vision_loss("loss3_fc")),
 }
 
-XFAIL = {
-    # FasterRCNNTrainChain slices the RPN's outputs with F.getitem and leaves one slice unused
-    "cv-faster-rcnn-vgg16": "chainer_ext.trace raises TraceError 'function 41 (GetItem) lost an "
-                            "output node': an unused function output (trace.py bug, fixed "
-                            "elsewhere)",
-}
 SLOW = {"vision-vgg16"}  # about 20 s at 224x224; cv-vgg16 covers the same layers at 32x32
 
 
@@ -180,8 +174,6 @@ def _assert_bitwise_equal(ref, got, what):
 def _cases():
     for name in MODELS:
         marks = []
-        if name in XFAIL:
-            marks.append(pytest.mark.xfail(strict=True, raises=TraceError, reason=XFAIL[name]))
         if name in SLOW:
             marks.append(pytest.mark.slow)
         yield pytest.param(name, marks=marks, id=name)
