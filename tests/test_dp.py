@@ -407,19 +407,62 @@ class TestErrors:
     g = ls.Graph.chain(3)
 
     @pytest.mark.parametrize("kw", [{"mode": "fast"}, {"method": "greedy"}, {"mode": None},
-                                    {"method": "Exact"}])
+                                    {"method": "Exact"}, {"mode": ["time"]}])
     def test_unknown_mode_or_method(self, kw):
-        with pytest.raises(ValueError, match="unknown"):
+        with pytest.raises(ls.ArgumentError, match="unknown (mode|method)"):
             ls.solve(self.g, 10, **kw)
 
     def test_min_budget_unknown_method(self):
-        with pytest.raises(ValueError, match="unknown method 'dp'"):
+        with pytest.raises(ls.ArgumentError, match="unknown method 'dp'"):
             ls.min_budget(self.g, "dp")
 
-    @pytest.mark.parametrize("budget", [-1, 2.5, 10.0, True, "10"])
-    def test_bad_budget(self, budget):
-        with pytest.raises(ValueError, match="budget must be a non-negative integer"):
+    @pytest.mark.parametrize("budget, error", [
+        (-1, ls.ArgumentError), (-0.5, ls.ArgumentError), (float("nan"), ls.ArgumentError),
+        (float("inf"), ls.ArgumentError), (True, ls.ArgumentTypeError),
+        ("10", ls.ArgumentTypeError), ([10], ls.ArgumentTypeError)])
+    def test_bad_budget(self, budget, error):
+        with pytest.raises(error, match=r"budget must be a (finite )?number of bytes") as info:
             ls.solve(self.g, budget)
+        assert repr(budget) in str(info.value)
+        assert isinstance(info.value, ValueError if error is ls.ArgumentError else TypeError)
+
+    @pytest.mark.parametrize("budget, expected", [(6.0, 6), (6.9, 6), (11.4e9, 11_400_000_000)])
+    def test_float_budget_is_rounded_down(self, budget, expected):
+        assert ls.solve(self.g, budget).budget == expected
+        assert ls.solve(self.g, budget, mode="memory").budget == expected
+
+    def test_float_budget_rounds_into_infeasible(self):
+        g = ls.Graph.chain(4, memory=10)  # minimal budget 50
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, 49.99)
+        assert info.value.budget == 49 and info.value.min_budget == 50
+
+    @pytest.mark.parametrize("call", ["solve", "min_budget", "lower_sets", "count_lower_sets",
+                                      "pruned_lower_sets"])
+    @pytest.mark.parametrize("graph", ["cg_resnet50.txt", None, 3, ls.Graph.chain(2).edges])
+    def test_not_a_graph(self, call, graph):
+        with pytest.raises(ls.ArgumentTypeError, match="must be a lowerset.Graph") as info:
+            getattr(ls, call)(graph)
+        if isinstance(graph, str):
+            assert "read_cg" in str(info.value)
+
+    def test_networkx_graph_gets_a_hint(self):
+        import networkx as nx
+
+        with pytest.raises(ls.ArgumentTypeError, match="from_networkx"):
+            ls.solve(nx.path_graph(3, create_using=nx.DiGraph))
+
+    @pytest.mark.parametrize("value, error", [
+        (0, ls.ArgumentError), (-5, ls.ArgumentError), (1.5, ls.ArgumentTypeError),
+        (100.0, ls.ArgumentTypeError), ("100", ls.ArgumentTypeError), (True, ls.ArgumentTypeError),
+        (None, ls.ArgumentTypeError)])
+    def test_bad_max_lower_sets(self, value, error):
+        for call in (lambda: ls.solve(self.g, 10, max_lower_sets=value),
+                     lambda: ls.min_budget(self.g, max_lower_sets=value),
+                     lambda: ls.lower_sets(self.g, max_lower_sets=value),
+                     lambda: ls.count_lower_sets(self.g, max_lower_sets=value)):
+            with pytest.raises(error, match=r"max_lower_sets must be an integer >= 1"):
+                call()
 
     @pytest.mark.parametrize("mode", ["time", "memory"])
     def test_budget_beyond_int64(self, mode):
@@ -439,18 +482,18 @@ class TestErrors:
 
         assert ls.solve(self.g, np.int64(6)).budget == 6
 
-    @pytest.mark.parametrize("limit", [0, -1.0, "1"])
-    def test_bad_time_limit(self, limit):
-        with pytest.raises(ValueError, match="time_limit"):
+    @pytest.mark.parametrize("limit, error", [
+        (0, ls.ArgumentError), (-1.0, ls.ArgumentError), (float("nan"), ls.ArgumentError),
+        ("1", ls.ArgumentTypeError), (True, ls.ArgumentTypeError)])
+    def test_bad_time_limit(self, limit, error):
+        # nan used to mean "no limit" (nan <= 0 is False) and True used to mean 1 s
+        with pytest.raises(error, match="time_limit must be a positive number of seconds"):
             ls.solve(self.g, 10, time_limit=limit)
-        with pytest.raises(ValueError, match="time_limit"):
+        with pytest.raises(error, match="time_limit"):
             ls.min_budget(self.g, time_limit=limit)
 
-    # regression: nan meant "no limit" (nan <= 0 is False) and True meant 1 s
-    @pytest.mark.parametrize("limit", [float("nan"), True])
-    def test_time_limit_nan_or_bool(self, limit):
-        with pytest.raises(ValueError, match="time_limit"):
-            ls.solve(self.g, 10, time_limit=limit)
+    def test_infinite_time_limit_is_no_limit(self):
+        assert ls.solve(self.g, 10, time_limit=float("inf")).budget == 10
 
     def test_infeasible_carries_budgets(self):
         g = ls.Graph.chain(4, memory=10)
@@ -488,6 +531,13 @@ jit_only = pytest.mark.skipif(numba.config.DISABLE_JIT,
 SIZES = {"pspnet": 385, "unet": 60, "resnet50": 176, "resnet152": 516, "vgg19": 46,
          "densenet": 568, "googlenet": 134}
 _cache = {}
+
+
+def uncached(g):
+    """A copy of `g` without the planner's caches (pickling keeps a graph, not its caches)."""
+    import pickle
+
+    return pickle.loads(pickle.dumps(g))
 
 
 def authors_graph(name):
@@ -575,7 +625,7 @@ class TestAuthorsGraphs:
     def test_googlenet_time_limit(self):
         import time
 
-        g = authors_graph("googlenet")
+        g = uncached(authors_graph("googlenet"))
         start = time.perf_counter()
         with pytest.raises(ls.SearchLimitError) as info:
             ls.solve(g, 10**12, method="exact", time_limit=1e-4)
@@ -583,37 +633,37 @@ class TestAuthorsGraphs:
         with pytest.raises(ls.SearchLimitError) as info:
             ls.min_budget(g, "exact", time_limit=1e-4)
         assert info.value.limit == "time_limit"
-        assert time.perf_counter() - start < 5
+        assert time.perf_counter() - start < 0.5
 
     @jit_only
     @pytest.mark.parametrize("call", ["min_budget", "solve", "solve_budget_none"])
     def test_googlenet_time_limit_is_kept(self, call):
-        """The limit stops the search within about one block (~0.1 s) of work."""
+        """The limit covers every phase (lower sets, statistics, DP) of a cold graph and stops
+        the search within 10% (plus a few milliseconds for the kernel call in flight)."""
         import time
 
-        g = authors_graph("googlenet")
-        ls.count_lower_sets(g)  # enumerate once, outside the timing
+        g = uncached(authors_graph("googlenet"))
         start = time.perf_counter()
-        with pytest.raises(ls.SearchLimitError):
+        with pytest.raises(ls.SearchLimitError) as info:
             if call == "min_budget":
                 ls.min_budget(g, time_limit=0.3)
             elif call == "solve":
                 ls.solve(g, 488112128, time_limit=0.3)
             else:
                 ls.solve(g, time_limit=0.3)
-        assert time.perf_counter() - start < 0.3 + 1.5
+        assert time.perf_counter() - start < 1.1 * 0.3 + 0.05
+        assert info.value.limit == "time_limit"
 
     @jit_only
     def test_googlenet_time_limit_when_infeasible(self):
         """The limit also covers the min_budget that an InfeasibleBudgetError reports."""
         import time
 
-        g = authors_graph("googlenet")
-        ls.count_lower_sets(g)  # enumerate once, outside the timing
+        g = uncached(authors_graph("googlenet"))
         start = time.perf_counter()
         with pytest.raises((ls.SearchLimitError, ls.InfeasibleBudgetError)):
             ls.solve(g, 244056064, time_limit=0.2)  # half the minimal budget 488112128
-        assert time.perf_counter() - start < 0.2 + 0.8
+        assert time.perf_counter() - start < 1.1 * 0.2 + 0.05
 
     def test_googlenet_max_lower_sets(self):
         g = authors_graph("googlenet")
