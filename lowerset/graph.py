@@ -82,7 +82,7 @@ class Graph:
         If a node label is not hashable, or `cost`, `memory`, `attrs` or an ``attrs[v]`` is
         not a mapping.
     GraphError
-        If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
+        If there are no nodes, a label is None or repeats, an edge names an unknown node or is a self-loop,
         the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
         positive, a memory is missing, not an integer or negative, the total cost exceeds
         10**7 cost units (the DP tables are indexed by overhead), or the total memory exceeds
@@ -120,6 +120,8 @@ class Graph:
         dg = nx.DiGraph()
         for v in nodes:
             _check_hashable(v, "node label")
+            if v is None:
+                raise GraphError("None cannot be a node label")
             if v in dg:
                 raise GraphError(f"node {v!r} is given twice")
             dg.add_node(v)
@@ -340,8 +342,10 @@ class Graph:
 
 
 def _readonly(a):
-    a.setflags(write=False)
-    return a
+    """A read-only copy of a 1-D array over immutable bytes: its WRITEABLE flag cannot be set
+    back."""
+    a = np.ascontiguousarray(a)
+    return np.frombuffer(a.tobytes(), dtype=a.dtype)
 
 
 def _check_hashable(v, what):
