@@ -15,9 +15,9 @@ from hypothesis import example, given, note, settings, strategies as st
 
 import lowerset as ls
 from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
-                                 brute_time_centric, subset_lower_sets)
+                                 brute_time_centric, sequence_cost, subset_lower_sets)
 
-from strategies import dags, examples
+from strategies import dags, examples, wide_dags
 
 
 # -- naive reference DPs (Sec. 4.2 with dicts and frozensets) --------------------------------------
@@ -95,12 +95,38 @@ def _note(msg):
         pass
 
 
+def profile_by_definition(g, seq):
+    """M(1), ..., M(k) of eq. (2) for a sequence, from the definitions with Python sets."""
+    M = {v: int(g.memory[g.index[v]]) for v in g.labels}
+    succ = {v: set() for v in g.labels}
+    pred = {v: set() for v in g.labels}
+    for v, w in g.edges:
+        succ[v].add(w)
+        pred[w].add(v)
+    prev, U, out = frozenset(), set(), []
+    for L in seq:
+        after = {w for v in L for w in succ[v]} - L               # δ+(L) ∖ L
+        before = {u for w in after for u in pred[w]} - L          # δ−(δ+(L)) ∖ L
+        out.append(sum(M[v] for v in U) + 2 * sum(M[v] for v in L - prev)
+                   + sum(M[v] for v in after) + sum(M[v] for v in before))
+        U |= {v for v in L if succ[v] - L}                        # ∂(L)
+        prev = L
+    return out
+
+
 def check_strategy(g, s, budget, mode, method):
-    """A returned strategy fits the budget and its reported costs are eq. (1) and (2)."""
-    assert s.peak_memory <= budget
+    """A returned strategy is a strictly increasing sequence of lower sets ending with V, fits
+    the budget, and reports the overhead (eq. 1), memory profile and peak (eq. 2) that the
+    set-based evaluations (bruteforce.sequence_cost, profile_by_definition) give."""
     assert (s.method, s.mode, s.budget) == (method, mode, budget)
-    fresh = ls.CanonicalStrategy(g, s.lower_sets)
-    assert (fresh.overhead, fresh.memory_profile) == (s.overhead, s.memory_profile)
+    seq = s.lower_sets
+    assert seq and seq[-1] == frozenset(g.labels) and seq[0]
+    assert all(a < b for a, b in zip(seq, seq[1:]))
+    assert all(v in L for L in seq for v, w in g.edges if w in L), "not a lower set"
+    overhead, peak = sequence_cost(g, seq)
+    assert (s.overhead, s.peak_memory) == (overhead, peak)
+    assert s.memory_profile == profile_by_definition(g, seq)
+    assert peak <= budget
     if method == "approx":
         fam = set(approx_family(g))
         assert all(L in fam for L in s.lower_sets)
@@ -119,8 +145,8 @@ def check_against_bruteforce(g, method):
     best = brute_min_budget(g, sequences=seqs)
     mb, s = ls.min_budget(g, method, return_strategy=True)
     assert mb == best
-    assert s.peak_memory == mb and s.mode == "min_budget" and s.budget == mb
-    assert ls.CanonicalStrategy(g, s.lower_sets).peak_memory == mb
+    check_strategy(g, s, mb, "min_budget", method)
+    assert s.peak_memory == mb
     previous_tc = None
     for B in budgets_to_try(seqs):
         tc = brute_time_centric(g, B, sequences=seqs)
@@ -281,6 +307,67 @@ def test_exact_equals_naive_dp_medium(g, data):
     B = data.draw(st.integers(mb, 2 * g.total_memory()), label="budget")
     assert ls.solve(g, B).overhead == naive_solve(g, B, False)
     assert ls.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
+
+
+@settings(max_examples=examples(0.5))
+@given(wide_dags(max_nodes=7))
+def test_wide_graphs_equal_bruteforce(g):
+    """Fans, skips and several sinks, against the exhaustive search (exact and approximate)."""
+    check_against_bruteforce(g, "exact")
+    check_against_bruteforce(g, "approx")
+
+
+def sinks_cost(g):
+    """T of the nodes without successors: never in a boundary, so recomputed by every strategy
+    (eq. 1), while every other node can be cached (by the topological-prefix sequence)."""
+    has_succ = {v for v, _ in g.edges}
+    return sum(int(g.cost[g.index[v]]) for v in g.labels if v not in has_succ)
+
+
+@settings(max_examples=examples(0.5))
+@given(wide_dags(min_nodes=8, max_nodes=14, max_lower_sets=3000), st.data())
+def test_wide_graphs_dp_properties(g, data):
+    """Beyond the exhaustive search: 8-14 nodes with wide fans, long skips and several sinks.
+
+    Checked against the naive reference DP where it is fast enough (up to 200 lower sets), and
+    everywhere against closed forms and facts that a wrong DP breaks: the least overhead with
+    unlimited memory is T(sinks) and the largest is T(V); min_budget's strategy peaks at it and
+    one byte less is infeasible; optima are monotone in B; exact beats approximate."""
+    n_sets = ls.count_lower_sets(g)
+    note(f"#V = {g.n}, #L_G = {n_sets}, sinks cost {sinks_cost(g)}")
+    mb, s = ls.min_budget(g, return_strategy=True)
+    check_strategy(g, s, mb, "min_budget", "exact")
+    assert s.peak_memory == mb
+    if mb > 0:
+        with pytest.raises(ls.InfeasibleBudgetError) as info:
+            ls.solve(g, mb - 1, mode=data.draw(st.sampled_from(ls.MODES), label="mode"))
+        assert info.value.min_budget == mb
+    mba = ls.min_budget(g, "approx")
+    assert mba >= mb
+    top = 2 * g.total_memory()
+    b1, b2 = sorted(data.draw(st.lists(st.integers(mb, top), min_size=2, max_size=2),
+                              label="budgets"))
+    prev = None
+    for B in (b1, b2):
+        t = ls.solve(g, B)
+        check_strategy(g, t, B, "time", "exact")
+        m = ls.solve(g, B, mode="memory")
+        check_strategy(g, m, B, "memory", "exact")
+        assert sinks_cost(g) <= t.overhead <= m.overhead <= g.total_cost()
+        if B >= mba:
+            assert ls.solve(g, B, method="approx").overhead >= t.overhead
+            assert ls.solve(g, B, "memory", "approx").overhead <= m.overhead
+        if prev is not None:
+            assert t.overhead <= prev[0] and m.overhead >= prev[1]
+        prev = t.overhead, m.overhead
+        if n_sets <= 200:
+            assert t.overhead == naive_solve(g, B, False)
+            assert m.overhead == naive_solve(g, B, True)
+    if n_sets <= 200:
+        assert mb == naive_min_budget(g)
+    unlimited = 10 * top + 7
+    assert ls.solve(g, unlimited).overhead == sinks_cost(g)
+    assert ls.solve(g, unlimited, mode="memory").overhead == g.total_cost()
 
 
 def test_exact_equals_naive_dp_large_fronts():
