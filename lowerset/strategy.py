@@ -240,14 +240,20 @@ class CanonicalStrategy:
             raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
         if data.get("version") != _VERSION:
             raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
+        missing = [k for k in ("graph", "lower_sets") if k not in data]
+        if missing:
+            raise StrategyError(f"malformed strategy: missing entry {missing[0]!r}")
         try:
             stored = _graph_from_dict(data["graph"])
-            raw = data["lower_sets"]
-            if not isinstance(raw, list) or not all(isinstance(L, list) for L in raw):
-                raise TypeError("'lower_sets' must be a list of lists of node labels")
-            lower_sets = [set(L) for L in raw]
         except (KeyError, TypeError) as e:
-            raise StrategyError(f"malformed strategy: missing or invalid entry {e}") from None
+            raise StrategyError(f"malformed strategy: invalid entry 'graph': {e}") from None
+        raw = data["lower_sets"]
+        try:
+            if not isinstance(raw, list) or not all(isinstance(L, list) for L in raw):
+                raise TypeError("a list of lists of node labels expected")
+            lower_sets = [set(L) for L in raw]
+        except TypeError as e:
+            raise StrategyError(f"malformed strategy: invalid entry 'lower_sets': {e}") from None
         for key in ("method", "mode"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise StrategyError(f"malformed strategy: {key!r} must be a string or null, got "

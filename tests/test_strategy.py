@@ -177,6 +177,25 @@ class TestValidation:
         for exc in (ls.StrategyError, ls.NotALowerSetError):
             assert issubclass(exc, ValueError) and issubclass(exc, ls.LowersetError)
 
+    @pytest.mark.parametrize("graph", [None, "g.txt", diamond().to_networkx()])
+    def test_not_a_graph(self, graph):
+        with pytest.raises(ls.ArgumentTypeError, match="graph must be a lowerset.Graph"):
+            ls.CanonicalStrategy(graph, [set("abcd")])
+
+    @pytest.mark.parametrize("seq", [5, None, [set("a"), 3, set("abcd")]])
+    def test_not_iterable(self, seq):
+        with pytest.raises(ls.ArgumentTypeError, match="lower set"):
+            ls.CanonicalStrategy(diamond(), seq)
+
+    @pytest.mark.parametrize("budget, error", [(-1, ls.ArgumentError), ("5", ls.ArgumentTypeError),
+                                               (float("nan"), ls.ArgumentError)])
+    def test_bad_budget(self, budget, error):
+        with pytest.raises(error, match="budget"):
+            ls.CanonicalStrategy(diamond(), [set("abcd")], budget=budget)
+
+    def test_float_budget(self):
+        assert ls.CanonicalStrategy(diamond(), [set("abcd")], budget=30.7).budget == 30
+
 
 class TestJSON:
     def test_to_dict_from_dict(self):
@@ -230,6 +249,24 @@ class TestJSON:
             ls.CanonicalStrategy.from_dict({**d, "version": 2})
         with pytest.raises(ls.StrategyError):
             ls.CanonicalStrategy.from_dict([1, 2])
+
+    @pytest.mark.parametrize("key, value", [
+        ("budget", "lots"), ("budget", -3), ("budget", [1]), ("budget", True),
+        ("lower_sets", "abcd"), ("lower_sets", [[0, 1, 2, 3], 5]), ("lower_sets", [[[0]]]),
+        ("lower_sets", {"0": 1}), ("method", 3), ("mode", ["time"]), ("graph", [1]),
+        ("graph", {"nodes": 3, "edges": [], "cost": [], "memory": []}),
+        ("graph", {"nodes": [0, 1, 2, 3], "edges": [[0, 1], 2], "cost": [1] * 4,
+                   "memory": [1] * 4})])
+    def test_malformed_entry(self, key, value):
+        d = ls.CanonicalStrategy(skip(), [{0, 1, 2, 3}], budget=100).to_dict()
+        d[key] = value
+        with pytest.raises(ls.StrategyError, match=f"malformed strategy.*{key}|{key}.*must"):
+            ls.CanonicalStrategy.from_dict(d)
+
+    def test_from_dict_graph_argument(self):
+        d = ls.CanonicalStrategy(skip(), [{0, 1, 2, 3}]).to_dict()
+        with pytest.raises(ls.ArgumentTypeError, match="graph"):
+            ls.CanonicalStrategy.from_dict(d, graph="skip.json")
 
     @pytest.mark.parametrize("key", ["graph", "lower_sets"])
     def test_missing_key(self, key):
