@@ -114,7 +114,7 @@ def run_network(name, methods, n_budgets, legacy):
     rows = []
     for method in methods:
         t0 = time.perf_counter()
-        front = lowerset.pareto(g, method)
+        lowerset.pareto(g, method)  # the front that solve and min_peak read from its cache
         planner_s = time.perf_counter() - t0
         alts = alternatives(g, method, n_budgets, (legacy or {}).get(f"{name}/{method}"))
         least = lowerset.min_peak(g, method).schedule.peak

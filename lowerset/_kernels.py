@@ -6,7 +6,9 @@ Conventions (n = #V, W = number of uint64 words of a bitset = ceil(n / 64)):
 - a node set is a row of W uint64 words; node id ``i`` is bit ``i % 64`` of word ``i // 64``;
 - a family of sets is a ``(n_sets, W)`` uint64 array;
 - costs are int64 cost units, memory int64 bytes;
-- kernels never raise: they return a status code and the Python wrappers raise.
+- kernels never raise: they return a status code and the Python wrappers raise;
+- long kernels do a bounded amount of work per call and keep their state in arrays, so the
+  Python wrappers can check a deadline between calls (:mod:`lowerset._limits`).
 
 References: Kusumoto et al., NeurIPS 2019, Sec. 2-4 and Algorithm 1 (appendix).
 """
@@ -17,7 +19,7 @@ from numba import njit
 INF = np.iinfo(np.int64).max // 4
 
 STATUS_OK = 0
-STATUS_TOO_MANY = 1
+STATUS_MEMORY = 1
 
 
 @njit(cache=True, inline="always")
@@ -35,58 +37,45 @@ def _clear(bits, i):
     bits[i >> 6] &= ~(np.uint64(1) << np.uint64(i & 63))
 
 
-@njit(cache=True)
-def enumerate_lower_sets(n, n_words, pred_ptr, pred_idx, max_sets):
-    """Enumerate every lower set of a DAG whose node ids are in topological order.
+@njit(cache=True, inline="always")
+def _next_leaf(n, pred_ptr, pred_idx, cur, choice, state):
+    """Advance the depth-first search over lower sets to its next leaf; False when exhausted.
 
-    Depth-first search over nodes 0..n-1 deciding membership in order: node ``v`` may join the
-    set only when all its predecessors are in it, and may always be left out (its successors
-    are then kept out automatically). Every leaf of the search is a distinct lower set and every
-    branch ends in a leaf, so the work is O(#L_G * n) plus the predecessor checks.
+    The search decides membership of nodes 0..n-1 in order: node ``v`` may join the set only
+    when all its predecessors are in it, and may always be left out (its successors are then
+    kept out automatically). Every leaf is a distinct lower set and every branch ends in a leaf.
+    The whole search state lives in the arrays, so the search resumes where a call left it.
 
     Parameters
     ----------
-    n, n_words : int
+    n : int
     pred_ptr : ndarray of int64, shape (n + 1,)
     pred_idx : ndarray of int64, shape (#E,)
-    max_sets : int
-        Stop with ``STATUS_TOO_MANY`` once more than this many sets are found.
-
-    Returns
-    -------
-    sets : ndarray of uint64, shape (count, n_words)
-        Every lower set once (the empty set and V included), in search order.
-    status : int
-        ``STATUS_OK`` or ``STATUS_TOO_MANY`` (then `sets` is a prefix of the family).
+    cur : ndarray of uint64, shape (W,)
+        The current set; at a leaf, the lower set found.
+    choice : ndarray of int8, shape (n + 1,)
+        1 = node included (the search still has to try excluding it), 0 = excluded.
+    state : ndarray of int64, shape (2,)
+        ``state[0]``: 0 before the first leaf, 1 at a leaf, 2 exhausted; ``state[1]``: the
+        number of nodes in `cur`.
     """
-    cap = 1024
-    out = np.zeros((cap, n_words), dtype=np.uint64)
-    count = 0
-    cur = np.zeros(n_words, dtype=np.uint64)
-    # choice[v]: 1 = included (can still switch to excluded), 0 = excluded
-    choice = np.zeros(n + 1, dtype=np.int8)
-    v = 0
-    while True:
-        if v == n:
-            if count == cap:
-                cap *= 2
-                grown = np.zeros((cap, n_words), dtype=np.uint64)
-                grown[:count] = out[:count]
-                out = grown
-            out[count] = cur
-            count += 1
-            if count > max_sets:
-                return out[:count], STATUS_TOO_MANY
-            # backtrack to the deepest node still included and exclude it instead
-            v = n - 1
-            while v >= 0 and choice[v] == 0:
-                v -= 1
-            if v < 0:
-                break
-            _clear(cur, v)
-            choice[v] = 0
-            v += 1
-            continue
+    if state[0] == 2:
+        return False
+    if state[0] == 1:
+        # backtrack to the deepest node still included and exclude it instead
+        v = n - 1
+        while v >= 0 and choice[v] == 0:
+            v -= 1
+        if v < 0:
+            state[0] = 2
+            return False
+        _clear(cur, v)
+        choice[v] = 0
+        state[1] -= 1
+        v += 1
+    else:
+        v = 0
+    while v < n:
         ok = True
         for k in range(pred_ptr[v], pred_ptr[v + 1]):
             if _has(cur, pred_idx[k]) == 0:
@@ -95,10 +84,80 @@ def enumerate_lower_sets(n, n_words, pred_ptr, pred_idx, max_sets):
         if ok:
             _set(cur, v)
             choice[v] = 1
+            state[1] += 1
         else:
             choice[v] = 0
         v += 1
-    return out[:count], STATUS_OK
+    state[0] = 1
+    return True
+
+
+@njit(cache=True)
+def count_lower_sets_chunk(n, pred_ptr, pred_idx, cur, choice, state, hist, max_leaves):
+    """Count up to `max_leaves` more lower sets, by size, without storing them.
+
+    Parameters
+    ----------
+    n : int
+    pred_ptr, pred_idx : ndarray of int64
+        CSR predecessors; node ids in topological order.
+    cur, choice, state : see :func:`_next_leaf`
+        The search state, zeros before the first call, carried from call to call.
+    hist : ndarray of int64, shape (n + 1,)
+        ``hist[k]`` is incremented for each lower set of k nodes found.
+    max_leaves : int
+        Work of this call.
+
+    Returns
+    -------
+    int
+        Lower sets found by this call; fewer than `max_leaves` once the search is exhausted.
+    """
+    found = 0
+    while found < max_leaves:
+        if not _next_leaf(n, pred_ptr, pred_idx, cur, choice, state):
+            break
+        hist[state[1]] += 1
+        found += 1
+    return found
+
+
+@njit(cache=True)
+def enumerate_lower_sets_chunk(n, pred_ptr, pred_idx, cur, choice, state, out, pos, max_leaves):
+    """Store up to `max_leaves` more lower sets, each at the next free row of its size class.
+
+    With ``pos`` started at the first row of each size (the cumulative counts of
+    :func:`count_lower_sets_chunk`), the rows of `out` end up sorted by size, an order
+    consistent with inclusion, and in search order within a size.
+
+    Parameters
+    ----------
+    n, pred_ptr, pred_idx, cur, choice, state : as in :func:`count_lower_sets_chunk`.
+    out : ndarray of uint64, shape (#L_G, W)
+        The family.
+    pos : ndarray of int64, shape (n + 1,)
+        ``pos[k]``: the next free row for a set of k nodes.
+    max_leaves : int
+
+    Returns
+    -------
+    int
+        Lower sets stored by this call; fewer than `max_leaves` once the search is exhausted.
+    """
+    found = 0
+    n_words = out.shape[1]
+    while found < max_leaves:
+        if not _next_leaf(n, pred_ptr, pred_idx, cur, choice, state):
+            break
+        k = state[1]
+        row = pos[k]
+        if row >= out.shape[0]:  # cannot happen with the counts of the same graph
+            break
+        for w in range(n_words):
+            out[row, w] = cur[w]
+        pos[k] = row + 1
+        found += 1
+    return found
 
 
 @njit(cache=True)
@@ -132,8 +191,103 @@ def is_lower_set_bits(bits, n, pred_ptr, pred_idx):
 
 
 @njit(cache=True)
+def set_stats_range(sets, lo, hi, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx, size,
+                    tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bcount, extra, front, front_preds,
+                    touched):
+    """Fill the per-set quantities of sets ``lo <= i < hi`` (see :func:`set_stats`).
+
+    Parameters
+    ----------
+    sets : ndarray of uint64, shape (s, W)
+    lo, hi : int
+        Rows to fill.
+    n : int
+    cost, memory : ndarray of int64, shape (n,)
+    pred_ptr, pred_idx, succ_ptr, succ_idx : ndarray of int64
+        CSR adjacency.
+    size, tot_t, tot_m, bnd_t, bnd_m, bcount, extra : ndarray of int64, shape (s,)
+        Outputs, as in :func:`set_stats`; ``bcount[i]`` = #∂(L_i).
+    bnd_bits : ndarray of uint64, shape (s, W)
+        Output: the boundaries; rows ``lo:hi`` must be zero on entry.
+    front, front_preds : ndarray of bool, shape (n,)
+        Work arrays, False on entry and left so.
+    touched : ndarray of int64, shape (n,)
+        Work array.
+    """
+    for i in range(lo, hi):
+        L = sets[i]
+        nt = 0
+        size[i] = 0
+        tot_t[i] = 0
+        tot_m[i] = 0
+        bnd_t[i] = 0
+        bnd_m[i] = 0
+        bcount[i] = 0
+        for v in range(n):
+            if _has(L, v) == 0:
+                continue
+            size[i] += 1
+            tot_t[i] += cost[v]
+            tot_m[i] += memory[v]
+            in_bnd = False
+            for k in range(succ_ptr[v], succ_ptr[v + 1]):
+                w = succ_idx[k]
+                if _has(L, w) == 0:
+                    in_bnd = True
+                    if not front[w]:
+                        front[w] = True
+                        touched[nt] = w
+                        nt += 1
+            if in_bnd:
+                _set(bnd_bits[i], v)
+                bnd_t[i] += cost[v]
+                bnd_m[i] += memory[v]
+                bcount[i] += 1
+        # δ+(L)∖L is `front`; δ−(δ+(L))∖L are the predecessors of `front` outside L
+        ex = 0
+        for j in range(nt):
+            w = touched[j]
+            ex += memory[w]
+            for k in range(pred_ptr[w], pred_ptr[w + 1]):
+                p = pred_idx[k]
+                if _has(L, p) == 0 and not front_preds[p]:
+                    front_preds[p] = True
+                    ex += memory[p]
+        extra[i] = ex
+        for j in range(nt):
+            w = touched[j]
+            front[w] = False
+            for k in range(pred_ptr[w], pred_ptr[w + 1]):
+                front_preds[pred_idx[k]] = False
+
+
+@njit(cache=True)
+def boundary_lists(bnd_bits, lo, hi, n, bptr, bidx):
+    """Write the boundaries of sets ``lo <= i < hi`` as CSR node-id lists.
+
+    Parameters
+    ----------
+    bnd_bits : ndarray of uint64, shape (s, W)
+    lo, hi, n : int
+    bptr : ndarray of int64, shape (s + 1,)
+        Cumulative boundary sizes (filled beforehand).
+    bidx : ndarray of int64, shape (bptr[s],)
+        Output: the members of ∂(L_i) are ``bidx[bptr[i]:bptr[i + 1]]``, increasing.
+    """
+    for i in range(lo, hi):
+        k = bptr[i]
+        for v in range(n):
+            if _has(bnd_bits[i], v) != 0:
+                bidx[k] = v
+                k += 1
+
+
+@njit(cache=True)
 def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
     """Per-set quantities that the transitions of the DP need.
+
+    One call over all sets; :func:`set_stats_range` and :func:`boundary_lists` do the same in
+    chunks.
 
     Parameters
     ----------
@@ -171,55 +325,14 @@ def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
     front = np.zeros(n, dtype=np.bool_)
     front_preds = np.zeros(n, dtype=np.bool_)
     touched = np.zeros(n, dtype=np.int64)
-    for i in range(s):
-        L = sets[i]
-        nt = 0
-        for v in range(n):
-            if _has(L, v) == 0:
-                continue
-            size[i] += 1
-            tot_t[i] += cost[v]
-            tot_m[i] += memory[v]
-            in_bnd = False
-            for k in range(succ_ptr[v], succ_ptr[v + 1]):
-                w = succ_idx[k]
-                if _has(L, w) == 0:
-                    in_bnd = True
-                    if not front[w]:
-                        front[w] = True
-                        touched[nt] = w
-                        nt += 1
-            if in_bnd:
-                _set(bnd_bits[i], v)
-                bnd_t[i] += cost[v]
-                bnd_m[i] += memory[v]
-                bcount[i] += 1
-        # δ+(L)∖L is `front`; δ−(δ+(L))∖L are the predecessors of `front` outside L
-        ex = 0
-        for j in range(nt):
-            w = touched[j]
-            ex += memory[w]
-            for k in range(pred_ptr[w], pred_ptr[w + 1]):
-                p = pred_idx[k]
-                if _has(L, p) == 0 and not front_preds[p]:
-                    front_preds[p] = True
-                    ex += memory[p]
-        extra[i] = ex
-        for j in range(nt):
-            w = touched[j]
-            front[w] = False
-            for k in range(pred_ptr[w], pred_ptr[w + 1]):
-                front_preds[pred_idx[k]] = False
+    set_stats_range(sets, 0, s, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx, size,
+                    tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bcount, extra, front, front_preds,
+                    touched)
     bptr = np.zeros(s + 1, dtype=np.int64)
     for i in range(s):
         bptr[i + 1] = bptr[i] + bcount[i]
     bidx = np.zeros(bptr[s], dtype=np.int64)
-    for i in range(s):
-        k = bptr[i]
-        for v in range(n):
-            if _has(bnd_bits[i], v) != 0:
-                bidx[k] = v
-                k += 1
+    boundary_lists(bnd_bits, 0, s, n, bptr, bidx)
     return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra
 
 
@@ -261,10 +374,11 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 
 @njit(cache=True)
-def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, tot_m, bnd_bits, bnd_t,
-              bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, ft, fm, fpa, fpe, used,
-              scratch_m, scratch_a, scratch_e):
-    """Fill the DP fronts of sets ``lo <= b < hi`` (Sec. 4.2, Algorithm 1; pull form).
+def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
+              tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend,
+              ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):
+    """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
+    work (Sec. 4.2, Algorithm 1; pull form).
 
     The sets are sorted by size, so every strict subset of set ``b`` has a smaller index and all
     of its transitions are final when ``b`` is reached (an order consistent with inclusion).
@@ -277,6 +391,11 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
     ----------
     lo, hi : int
         Range of target set indices; sets ``< lo`` must be finished.
+    work_budget : int
+        The call returns after the first target set that brings its work (subset tests plus
+        front entries read or written) to this many units.
+    max_entries : int
+        The entry arrays may grow to this many entries at most (the caller's memory bound).
     budget : int64
         B in bytes.
     maximize : bool
@@ -312,13 +431,23 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
         Number of transitions a ⊊ b evaluated.
     capped : int
         Number of feasible states dropped because their overhead exceeded `tcap`.
+    b_next : int
+        The first target set not processed (`hi` when the range is done).
+    work : int
+        Work units done.
+    status : int
+        ``STATUS_OK``, or ``STATUS_MEMORY`` when the entry arrays would outgrow `max_entries`
+        (set ``b_next`` is then unfinished and the fronts must be discarded).
     """
     n_words = sets.shape[1]
     pairs = 0
     capped = 0
-    for b in range(lo, hi):
+    work = 0
+    b = lo
+    while b < hi and work < work_budget:
         tmin = INF
         tmax = -1
+        work += class_start[b]
         for a in range(class_start[b]):
             if fend[a] == fstart[a]:
                 continue
@@ -331,6 +460,7 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
             # Cached bytes decrease along a front (see the sweeps below), so the entries with
             # m <= cap are a suffix; in time-centric fronts t increases, so t2 > tcap ends it.
             e0 = _first_at_most(fm, fstart[a], fend[a], cap)
+            work += fend[a] - e0
             for e in range(e0, fend[a]):
                 t2 = ft[e] + dt
                 if t2 > tcap:
@@ -350,9 +480,16 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
         fstart[b] = used
         if tmax < 0:
             fend[b] = used
+            b += 1
             continue
+        work += tmax - tmin + 1
         if used + (tmax - tmin + 1) > ft.shape[0]:
-            new_cap = max(2 * ft.shape[0], used + (tmax - tmin + 1))
+            need = used + (tmax - tmin + 1)
+            if need > max_entries:
+                for t in range(tmin, tmax + 1):
+                    scratch_m[t] = INF
+                return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_MEMORY
+            new_cap = min(max(2 * ft.shape[0], need), max_entries)
             ft = _grow(ft, new_cap)
             fm = _grow(fm, new_cap)
             fpa = _grow(fpa, new_cap)
@@ -376,7 +513,8 @@ def dp_fronts(lo, hi, budget, maximize, tcap, sets, size, class_start, tot_t, to
             scratch_m[t] = INF
             t += step
         fend[b] = used
-    return ft, fm, fpa, fpe, used, pairs, capped
+        b += 1
+    return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
 
 
 @njit(cache=True, inline="always")
@@ -399,9 +537,11 @@ def _grow(arr, new_cap):
 
 
 @njit(cache=True)
-def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr,
-                bidx, extra, cost, memory, fstart, fend, fm, fp, fpa, fpe, used):
-    """Fill the min-budget fronts of sets ``lo <= b < hi``.
+def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, fm, fp, fpa, fpe,
+                used):
+    """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
+    units of work.
 
     A state (b, m, p) is a sequence ending at set ``b`` with cached bytes m = M(U) and peak
     p = max_i M(i) so far (eq. 2). A transition a -> b maps (m, p) to
@@ -411,7 +551,8 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
 
     Parameters
     ----------
-    lo, hi, sets, class_start, tot_t, ..., memory : as in :func:`dp_fronts`.
+    lo, hi, work_budget, max_entries, sets, class_start, tot_t, ..., memory : as in
+        :func:`dp_fronts`.
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
@@ -421,18 +562,21 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
 
     Returns
     -------
-    fm, fp, fpa, fpe, used, pairs : as in :func:`dp_fronts`.
+    fm, fp, fpa, fpe, used, pairs, b_next, work, status : as in :func:`dp_fronts`.
     """
     n_words = sets.shape[1]
     pairs = 0
+    work = 0
     cap = 64
     # the front of the current target, kept sorted and free of dominated states
     cm = np.empty(cap, dtype=np.int64)
     cp = np.empty(cap, dtype=np.int64)
     ca = np.empty(cap, dtype=np.int64)
     ce = np.empty(cap, dtype=np.int64)
-    for b in range(lo, hi):
+    b = lo
+    while b < hi and work < work_budget:
         c = 0
+        work += class_start[b]
         for a in range(class_start[b]):
             if fend[a] == fstart[a]:
                 continue
@@ -441,6 +585,7 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
             pairs += 1
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
                                       extra, cost, memory)
+            work += fend[a] - fstart[a]
             for e in range(fstart[a], fend[a]):
                 m = fm[e]
                 p = m + need
@@ -474,6 +619,7 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
                     ca = _grow(ca, cap)
                     ce = _grow(ce, cap)
                 shift = 1 - (last - first)
+                work += c - last
                 if shift > 0:
                     for j in range(c - 1, last - 1, -1):
                         cm[j + shift] = cm[j]
@@ -493,7 +639,9 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
                 c += shift
         fstart[b] = used
         if used + c > fm.shape[0]:
-            new_cap = max(2 * fm.shape[0], used + c)
+            if used + c > max_entries:
+                return fm, fp, fpa, fpe, used, pairs, b, work, STATUS_MEMORY
+            new_cap = min(max(2 * fm.shape[0], used + c), max_entries)
             fm = _grow(fm, new_cap)
             fp = _grow(fp, new_cap)
             fpa = _grow(fpa, new_cap)
@@ -505,5 +653,5 @@ def peak_fronts(lo, hi, upper, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
             fpe[used] = ce[j]
             used += 1
         fend[b] = used
-    return fm, fp, fpa, fpe, used, pairs
-
+        b += 1
+    return fm, fp, fpa, fpe, used, pairs, b, work, STATUS_OK

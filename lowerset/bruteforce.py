@@ -18,6 +18,8 @@ graphs; the DPs are then checked against it.
 
 from itertools import combinations
 
+from .exceptions import ArgumentError
+
 __all__ = [
     "MAX_NODES",
     "MAX_SUBSET_NODES",
@@ -66,8 +68,8 @@ def subset_lower_sets(G, max_nodes=MAX_SUBSET_NODES):
 
     Raises
     ------
-    ValueError
-        If ``G.n > max_nodes``.
+    ArgumentError
+        If ``G.n > max_nodes`` (also a ValueError).
 
     References
     ----------
@@ -80,7 +82,7 @@ def subset_lower_sets(G, max_nodes=MAX_SUBSET_NODES):
     [[], [0], [0, 1]]
     """
     if G.n > max_nodes:
-        raise ValueError(f"subset_lower_sets enumerates 2^#V subsets; #V = {G.n} > {max_nodes}")
+        raise ArgumentError(f"subset_lower_sets enumerates 2^#V subsets; #V = {G.n} > {max_nodes}")
     labels = list(G.labels)
     edges = list(G.edges)
     out = []
@@ -190,8 +192,9 @@ def all_sequences(G, family=None, max_nodes=MAX_NODES):
 
     Raises
     ------
-    ValueError
-        If ``G.n > max_nodes``, or `family` holds a set that is not a lower set of `G`.
+    ArgumentError
+        If ``G.n > max_nodes``, or `family` holds a set that is not a lower set of `G` (also a
+        ValueError).
 
     References
     ----------
@@ -204,7 +207,7 @@ def all_sequences(G, family=None, max_nodes=MAX_NODES):
     [1, 2, 2, 3]
     """
     if G.n > max_nodes:
-        raise ValueError(
+        raise ArgumentError(
             f"all_sequences searches every lower-set sequence; #V = {G.n} > {max_nodes} nodes is "
             "too large for an exhaustive search")
     model = _Model(G)
@@ -215,7 +218,7 @@ def all_sequences(G, family=None, max_nodes=MAX_NODES):
         fam = {frozenset(L) for L in family}
         bad = [L for L in fam if L not in lowers]
         if bad:
-            raise ValueError(f"{sorted(bad[0], key=repr)} is not a lower set of the graph")
+            raise ArgumentError(f"{sorted(bad[0], key=repr)} is not a lower set of the graph")
     fam = sorted(fam - {frozenset()}, key=len)
     # per lower set: T(L), M(L), ∂(L), and the last two terms of eq. (2)
     stats = {L: (model.T(L), model.M(L), model.boundary(L), model.extra(L)) for L in fam}
@@ -264,7 +267,7 @@ def brute_min_budget(G, family=None, sequences=None):
 
     Raises
     ------
-    ValueError
+    ArgumentError
         As :func:`all_sequences`.
 
     References
@@ -298,7 +301,7 @@ def brute_time_centric(G, budget, family=None, sequences=None):
 
     Raises
     ------
-    ValueError
+    ArgumentError
         As :func:`all_sequences`.
 
     References
@@ -333,7 +336,7 @@ def brute_memory_centric(G, budget, family=None, sequences=None):
 
     Raises
     ------
-    ValueError
+    ArgumentError
         As :func:`all_sequences`.
 
     References

@@ -7,14 +7,12 @@ blocks (so that a time limit can stop them) and turn the back-pointers into a
 :class:`~lowerset.strategy.CanonicalStrategy`.
 """
 
-import numbers
-import time
-
 import numpy as np
 
-from . import _kernels
+from . import _kernels, _limits
+from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import InfeasibleBudgetError, LowersetError, SearchLimitError
-from .lowersets import DEFAULT_MAX_LOWER_SETS, family, mask_of_bits
+from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family, mask_of_bits
 from .strategy import CanonicalStrategy
 
 __all__ = ["min_budget", "MODES", "METHODS"]
@@ -22,46 +20,79 @@ __all__ = ["min_budget", "MODES", "METHODS"]
 MODES = ("time", "memory")
 METHODS = ("exact", "approx")
 
-# subset tests per kernel call: small enough that a time limit is checked every ~0.1 s
-_WORK_PER_CALL = 20_000_000
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
+# bytes of one DP front entry: four int64 arrays (two values and two back-pointers)
+_ENTRY_BYTES = 32
 
 
 def _check_method(method):
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    return check_choice(method, "method", METHODS)
 
 
 def _check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    return check_choice(mode, "mode", MODES)
 
 
-def _get_family(G, method, max_lower_sets):
-    cache = G.__dict__.setdefault("_family_cache", {})
-    key = (method, max_lower_sets if method == "exact" else None)
-    if key not in cache:
-        cache[key] = family(G, method, max_lower_sets)
-    return cache[key]
+def _cache(G):
+    """The planner's per-graph cache (a Graph is immutable, so it never goes stale).
+
+    It lives in ``G.__dict__["_family_cache"]``, which ``examples/bench_planner.py`` clears to
+    time cold calls.
+    """
+    return G.__dict__.setdefault("_family_cache", {})
 
 
-def _blocks(fam, deadline, start):
-    """Yield (lo, hi) ranges of target sets, raising SearchLimitError past the deadline."""
+def _get_family(G, method, max_lower_sets, deadline):
+    cache = _cache(G)
+    fam = cache.get(method)
+    if fam is None:
+        fam = family(G, method, max_lower_sets, deadline)
+        cache[method] = fam
+    elif method == "exact":
+        _count(G, max_lower_sets, deadline)  # the limit applies to a cached family too
+    return fam
+
+
+class _EntryCap:
+    """The most DP front entries one run may hold. It starts at
+    :data:`lowerset._limits.SMALL_ALLOCATION` bytes (or the `current` capacity) and is raised
+    once, to what the available memory allows, when the fronts outgrow it."""
+
+    def __init__(self, current):
+        self.value = max(int(current), _limits.SMALL_ALLOCATION // _ENTRY_BYTES)
+        self.final = False
+
+    def grow(self, fam, used):
+        """Raise the cap to what the memory allows; SearchLimitError if it cannot grow."""
+        if not self.final:
+            self.final = True
+            cap = _limits.memory_cap()
+            new = np.iinfo(np.int64).max if cap is None else cap // _ENTRY_BYTES
+            if new > self.value:
+                self.value = new
+                return
+        raise SearchLimitError(
+            f"the DP fronts outgrew the memory available ({used} entries of {_ENTRY_BYTES} "
+            f"bytes over {fam.sets.shape[0]} lower sets); use method='approx' or a smaller "
+            "max_lower_sets", limit="memory")
+
+
+def _drive(fam, deadline, step, what, entry_cap):
+    """Run ``step(lo, work_budget, max_entries) -> (b_next, work, status, used)`` over the
+    target sets 1..s-1 in chunks of about :data:`lowerset._limits.CHUNK_SECONDS`, checking
+    `deadline` between them. A step that stops for memory (``STATUS_MEMORY``, set ``b_next``
+    unfinished) is resumed at ``b_next`` once `entry_cap` has grown, or raises."""
     s = fam.sets.shape[0]
     lo = 1
+    chunk = _limits.Chunker(initial=200_000)
     while lo < s:
-        work = 0
-        hi = lo
-        while hi < s and (hi == lo or work + fam.class_start[hi] <= _WORK_PER_CALL):
-            work += fam.class_start[hi]
-            hi += 1
-        yield lo, hi
-        if deadline is not None and time.perf_counter() > deadline:
-            raise SearchLimitError(
-                f"time limit of {deadline - start:.3g} s exceeded after {hi} of {s} lower sets",
-                limit="time_limit")
-        lo = hi
+        lo, work, status, used = step(lo, chunk.start(), entry_cap.value)
+        chunk.done(work)
+        if status != _kernels.STATUS_OK:
+            entry_cap.grow(fam, used)
+        if lo < s:
+            deadline.check(lambda: f"{what} ({lo} of {s} lower sets done)")
 
 
 def _trace_back(G, fam, fpa, fpe, entry):
@@ -88,34 +119,48 @@ def _new_fronts(fam):
             np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
 
 
-def _run_front_dp(G, fam, budget, maximize, deadline, start, tcap=None):
+def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
     fstart, fend, ft, fm, fpa, fpe = _new_fronts(fam)
-    used = 1
     T = G.total_cost()
+    _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
+                         "scale the costs down")
     scratch_m = np.full(T + 1, _kernels.INF, dtype=np.int64)
     scratch_a = np.zeros(T + 1, dtype=np.int64)
     scratch_e = np.zeros(T + 1, dtype=np.int64)
-    pairs = capped = 0
-    tcap = T if tcap is None else tcap
-    for lo, hi in _blocks(fam, deadline, start):
-        ft, fm, fpa, fpe, used, p, c = _kernels.dp_fronts(
-            lo, hi, np.int64(budget), maximize, np.int64(tcap), fam.sets, fam.size, fam.class_start, fam.tot_t,
-            fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
-            G.memory, fstart, fend, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e)
-        pairs += p
-        capped += c
-    return fstart, fend, ft, fm, fpa, fpe, capped
+    st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0}
+    s = fam.sets.shape[0]
+
+    def step(lo, work_budget, max_entries):
+        (st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], _, capped, b, work,
+         status) = _kernels.dp_fronts(
+            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), fam.sets,
+            fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
+            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, st["ft"], st["fm"],
+            st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
+        st["capped"] += capped
+        return b, work, status, st["used"]
+
+    mode = "memory-centric" if maximize else "time-centric"
+    _drive(fam, deadline, step, f"in the {mode} DP at budget {budget}", _EntryCap(ft.shape[0]))
+    return fstart, fend, st["ft"], st["fm"], st["fpa"], st["fpe"], st["capped"]
 
 
-def _min_budget_search(G, fam, upper, deadline, start):
+def _min_budget_search(G, fam, upper, deadline):
     s = fam.sets.shape[0]
     fstart, fend, fm, fp, fpa, fpe = _new_fronts(fam)
-    used = 1
-    for lo, hi in _blocks(fam, deadline, start):
-        fm, fp, fpa, fpe, used, _ = _kernels.peak_fronts(
-            lo, hi, np.int64(upper), fam.sets, fam.class_start, fam.tot_t, fam.tot_m,
-            fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory,
-            fstart, fend, fm, fp, fpa, fpe, used)
+    st = {"fm": fm, "fp": fp, "fpa": fpa, "fpe": fpe, "used": 1}
+
+    def step(lo, work_budget, max_entries):
+        st["fm"], st["fp"], st["fpa"], st["fpe"], st["used"], _, b, work, status = \
+            _kernels.peak_fronts(
+                lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
+                fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
+                fam.extra, G.cost, G.memory, fstart, fend, st["fm"], st["fp"], st["fpa"],
+                st["fpe"], st["used"])
+        return b, work, status, st["used"]
+
+    _drive(fam, deadline, step, "in the minimal-budget DP", _EntryCap(fm.shape[0]))
+    fp, fpa, fpe = st["fp"], st["fpa"], st["fpe"]
     last = s - 1
     if fend[last] == fstart[last]:
         return None, None
@@ -123,16 +168,41 @@ def _min_budget_search(G, fam, upper, deadline, start):
     return int(fp[e]), _trace_back(G, fam, fpa, fpe, e)
 
 
-def _deadline(time_limit):
-    start = time.perf_counter()
-    if time_limit is None:
-        return None, start
-    if (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
-            or not time_limit > 0 or time_limit != time_limit):
-        raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
-    return start + float(time_limit), start
+def _min_budget(G, method, max_lower_sets, deadline):
+    """(minimal budget, its lower-set masks) of `method`, cached on the graph."""
+    cache = _cache(G)
+    key = ("min_budget", method)
+    if key in cache:
+        if method == "exact":  # the limit applies to a cached answer too
+            _count(G, max_lower_sets, deadline)
+        return cache[key]
+    fam = _get_family(G, method, max_lower_sets, deadline)
+    # the one-segment strategy [V] peaks at 2 M(V); the pruned family bounds the exact one
+    upper = 2 * G.total_memory()
+    if method == "exact" and fam.sets.shape[0] > G.n + 2:
+        upper = min(upper, _min_budget(G, "approx", max_lower_sets, deadline)[0])
+    best, chain = _min_budget_search(G, fam, upper, deadline)
+    if best is None:  # pragma: no cover - [V] is always feasible at 2 M(V)
+        raise LowersetError("internal error: no feasible strategy found for the minimal budget")
+    cache[key] = (best, chain)
+    return best, chain
 
 
+def _check_feasible(G, budget, method, max_lower_sets, deadline):
+    """Raise InfeasibleBudgetError, before any DP at `budget`, if no strategy fits in it.
+
+    The exact minimal budget is at most the approximate one (a subfamily), which is cheap: a
+    budget at least that is feasible at once; otherwise the minimal budget of `method` decides
+    (and is cached for the next call).
+    """
+    if method == "exact" and budget >= _min_budget(G, "approx", max_lower_sets, deadline)[0]:
+        return
+    mb = _min_budget(G, method, max_lower_sets, deadline)[0]
+    if budget < mb:
+        raise InfeasibleBudgetError(budget, mb, method=method)
+
+
+@requires_graph
 def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None,
                return_strategy=False):
     """Return the smallest budget B (bytes) for which a canonical strategy has peak <= B.
@@ -140,6 +210,7 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     Computed exactly over the family of `method` by one DP over states (L, m, p): m = M(U) cached
     bytes, p = the peak of eq. (2) so far, keeping the states not dominated in (m, p). For
     "exact" the answer is min over all lower-set sequences of max_i M(i); B - 1 is infeasible.
+    The answer is cached on the graph (a Graph is immutable).
 
     Parameters
     ----------
@@ -147,9 +218,12 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     method : {"exact", "approx"}
         Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3).
     max_lower_sets : int
-        For "exact": raise instead of enumerating more lower sets than this.
+        For "exact": raise instead of searching more lower sets than this (>= 1). They are
+        counted before any is stored.
     time_limit : float, optional
-        Seconds; raise :class:`SearchLimitError` when the search takes longer.
+        Seconds (> 0) for the whole call, every phase included (counting and enumerating the
+        lower sets, their statistics, the DP); past it, :class:`SearchLimitError` is raised
+        within a few milliseconds.
     return_strategy : bool
         Also return a strategy attaining the minimum.
 
@@ -160,10 +234,14 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
 
     Raises
     ------
-    ValueError
-        If `method` is unknown or `time_limit` is not positive.
+    ArgumentTypeError
+        If `G` is not a Graph, or `max_lower_sets` or `time_limit` has the wrong type.
+    ArgumentError
+        If `method` is unknown, `max_lower_sets` < 1, or `time_limit` is not positive.
     SearchLimitError
-        If the graph has too many lower sets or the time limit passes.
+        If the graph has more than `max_lower_sets` lower sets (``limit="max_lower_sets"``),
+        the time limit passes (``"time_limit"``), or the search would not fit in memory
+        (``"memory"``).
 
     References
     ----------
@@ -177,24 +255,19 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     50
     """
     _check_method(method)
-    deadline, start = _deadline(time_limit)
-    fam = _get_family(G, method, max_lower_sets)
-    # the one-segment strategy [V] peaks at 2 M(V); the pruned family bounds the exact one
-    upper = 2 * G.total_memory()
-    if method == "exact" and fam.sets.shape[0] > G.n + 2:
-        upper = min(upper, min_budget(G, "approx", time_limit=time_limit))
-    best, chain = _min_budget_search(G, fam, upper, deadline, start)
-    if best is None:  # pragma: no cover - [V] is always feasible at 2 M(V)
-        raise LowersetError("internal error: no feasible strategy found for the minimal budget")
+    max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
+    deadline = _limits.Deadline(check_time_limit(time_limit))
+    best, chain = _min_budget(G, method, max_lower_sets, deadline)
     if not return_strategy:
         return best
     strat = CanonicalStrategy(G, chain, method=method, mode="min_budget", budget=best,
-                              planner_seconds=time.perf_counter() - start)
+                              planner_seconds=deadline.elapsed())
     if strat.peak_memory != best:  # pragma: no cover - kernel and eq. (2) disagree
         raise LowersetError(f"internal error: DP peak {best} != eq. (2) peak {strat.peak_memory}")
     return best, strat
 
 
+@requires_graph
 def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
           time_limit=None, overhead_bound=None):
     """Plan a canonical strategy within a memory budget (Sec. 4.2-4.4).
@@ -202,9 +275,10 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     Parameters
     ----------
     G : Graph
-    budget : int, optional
-        B in bytes: the strategy's peak memory (eq. 2) must not exceed it. None means the
-        minimal feasible budget of `method` (:func:`min_budget`).
+    budget : int or float, optional
+        B in bytes: the strategy's peak memory (eq. 2) must not exceed it. A float (such as
+        ``11.4e9``) is rounded down. None means the minimal feasible budget of `method`
+        (:func:`min_budget`).
     mode : {"time", "memory"}
         "time" (time-centric): the least overhead (eq. 1) with peak <= B. "memory"
         (memory-centric, Sec. 4.4): the largest overhead with peak <= B, which yields coarse
@@ -213,9 +287,11 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         "exact": DP over all lower sets, optimal for the paper's model (Sec. 4.2). "approx": DP
         over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2).
     max_lower_sets : int
-        For "exact": raise instead of enumerating more lower sets than this.
+        For "exact": raise instead of searching more lower sets than this (>= 1). They are
+        counted before any is stored; the default keeps one exact DP pass to seconds.
     time_limit : float, optional
-        Seconds for the whole call; raise :class:`SearchLimitError` past it.
+        Seconds (> 0) for the whole call, every phase included; past it,
+        :class:`SearchLimitError` is raised within a few milliseconds.
     overhead_bound : int, optional
         Time-centric mode: an overhead (cost units) that some strategy within `budget` is known
         to reach (for instance the optimum at a smaller budget). The search then drops the
@@ -228,12 +304,24 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
 
     Raises
     ------
-    ValueError
-        If `mode` or `method` is unknown, or `budget` is not a non-negative integer.
+    ArgumentTypeError
+        If `G` is not a Graph, `budget` is not a number (a bool or a string, say), or
+        `max_lower_sets` or `time_limit` has the wrong type.
+    ArgumentError
+        If `mode` or `method` is unknown, `budget` is negative, NaN or infinite,
+        `max_lower_sets` < 1, or `time_limit` is not positive.
     InfeasibleBudgetError
-        If no canonical strategy of the family fits in `budget`; carries ``min_budget``.
+        If no canonical strategy of the family fits in `budget`; carries ``min_budget``. This
+        is found before the DP runs at `budget`.
     SearchLimitError
-        If the graph has too many lower sets, or the time limit passes.
+        If the graph has more than `max_lower_sets` lower sets, the time limit passes, or the
+        search would not fit in memory (``limit`` says which).
+
+    Notes
+    -----
+    An exact call with a budget below the approximate method's minimal budget first computes
+    the exact minimal budget (cached on the graph), so an infeasible budget never costs a DP at
+    that budget.
 
     References
     ----------
@@ -246,19 +334,20 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     >>> s = ls.dp.solve(g, budget=50, mode="time")
     >>> s.overhead, s.peak_memory
     (1, 50)
+    >>> ls.dp.solve(g, budget=50.9).budget
+    50
     """
     _check_mode(mode)
     _check_method(method)
     if budget is not None:
-        if isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 0:
-            raise ValueError(f"budget must be a non-negative integer number of bytes, got {budget!r}")
-        budget = int(budget)
-    deadline, start = _deadline(time_limit)
+        budget = check_budget(budget)
+    max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
+    deadline = _limits.Deadline(check_time_limit(time_limit))
     if budget is None:
-        budget = min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
-        if deadline is not None and time.perf_counter() > deadline:
-            raise SearchLimitError(f"time limit of {time_limit:.3g} s exceeded", limit="time_limit")
-    fam = _get_family(G, method, max_lower_sets)
+        budget = _min_budget(G, method, max_lower_sets, deadline)[0]
+    else:
+        _check_feasible(G, budget, method, max_lower_sets, deadline)
+    fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
@@ -271,21 +360,19 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         tcap = min(T, max(0, int(overhead_bound)))
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
-                                                               deadline, start, tcap)
+                                                               deadline, tcap)
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
         tcap = min(T, 4 * tcap)
-    if fend[last] == fstart[last]:
-        remaining = None if deadline is None else max(deadline - time.perf_counter(), 1e-3)
-        raise InfeasibleBudgetError(
-            budget, min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=remaining),
-            method=method)
+    if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
+        raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
+                            "the DP found no strategy")
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
     chain = _trace_back(G, fam, fpa, fpe, e)
     strat = CanonicalStrategy(G, chain, method=method, mode=mode, budget=budget,
-                              planner_seconds=time.perf_counter() - start)
+                              planner_seconds=deadline.elapsed())
     if strat.overhead != ft[e] or strat.peak_memory > budget:  # pragma: no cover
         raise LowersetError(
             f"internal error: DP overhead {ft[e]} vs eq. (1) {strat.overhead}, "

@@ -15,6 +15,7 @@ __all__ = [
     "FormatError",
     "ArgumentError",
     "ArgumentTypeError",
+    "FrozenGraphError",
 ]
 
 
@@ -34,6 +35,11 @@ class ArgumentTypeError(LowersetError, TypeError):
 
 class GraphError(LowersetError, ValueError):
     """The forward graph is invalid: a cycle, a bad cost or memory, an unknown node, no nodes."""
+
+
+class FrozenGraphError(LowersetError, AttributeError):
+    """An attribute of a :class:`~lowerset.Graph` was rebound or deleted: a Graph is immutable
+    after construction (build a new one), which keeps the planner's cached results valid."""
 
 
 class NotALowerSetError(LowersetError, ValueError):
@@ -70,12 +76,13 @@ class InfeasibleBudgetError(LowersetError):
 
 
 class SearchLimitError(LowersetError):
-    """The exact search is too large: too many lower sets, or the caller's time limit passed.
+    """The search is too large: too many lower sets, the caller's time limit passed, or the
+    search would not fit in the memory available.
 
     Attributes
     ----------
     limit : str
-        Which limit was hit ("max_lower_sets" or "time_limit").
+        Which limit was hit: "max_lower_sets", "time_limit" or "memory".
     """
 
     def __init__(self, message, limit):

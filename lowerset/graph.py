@@ -6,11 +6,13 @@ graph stores them as dense integer ids in a topological order, which is what the
 """
 
 import numbers
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import networkx as nx
 import numpy as np
 
-from .exceptions import GraphError
+from .exceptions import ArgumentTypeError, FrozenGraphError, GraphError
 from .execution import ExecutionFacts, default_facts
 
 __all__ = ["Graph"]
@@ -55,8 +57,8 @@ class Graph:
     memory : mapping
         ``memory[v]`` is M_v, a non-negative integer number of bytes.
     attrs : mapping, optional
-        Extra per-node metadata (for instance the producing function's name); kept, not used
-        by the planner.
+        Extra per-node metadata (for instance the producing function's name): ``attrs[v]`` is a
+        mapping; copied, kept, not used by the planner.
     facts : ExecutionFacts, optional
         How a training step over the graph runs (:mod:`lowerset.execution`), indexed by the
         position of each node in `nodes`, which must then be a topological order. Default:
@@ -66,13 +68,18 @@ class Graph:
     ----------
     labels : tuple
         Node labels in the graph's topological order; node id ``i`` is ``labels[i]``.
+    index : mapping
+        Read-only map from label to node id.
     n : int
         Number of nodes #V.
     cost, memory : ndarray of int64, shape (n,)
-        T_v in cost units and M_v in bytes, indexed by node id.
+        T_v in cost units and M_v in bytes, indexed by node id; read-only.
     pred_ptr, pred_idx, succ_ptr, succ_idx : ndarray of int64
         Predecessors and successors in CSR form: the predecessors of node ``i`` are
-        ``pred_idx[pred_ptr[i]:pred_ptr[i + 1]]``.
+        ``pred_idx[pred_ptr[i]:pred_ptr[i + 1]]``; read-only.
+    attrs : mapping
+        Read-only map from every label to a copy of its metadata dict (empty when none was
+        given).
     facts : ExecutionFacts
         The execution facts (given, or the defaults).
     has_facts : bool
@@ -81,13 +88,24 @@ class Graph:
 
     Raises
     ------
+    ArgumentTypeError
+        If a node label is not hashable, or `cost`, `memory`, `attrs` or an ``attrs[v]`` is
+        not a mapping.
     GraphError
-        If there are no nodes, a label repeats, an edge names an unknown node or is a self-loop,
+        If there are no nodes, a label is None or repeats, an edge names an unknown node or is a self-loop,
         the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
         positive, a memory is missing, not an integer or negative, the total cost exceeds
         10**7 cost units (the DP tables are indexed by overhead), the total memory exceeds
         2**56 bytes, or `facts` are given with nodes not in topological order or do not fit
         the graph (:meth:`ExecutionFacts.check`).
+
+    Notes
+    -----
+    A Graph is immutable: the attributes set by the constructor cannot be rebound or deleted
+    (:class:`FrozenGraphError`), the arrays are read-only, and `index` and `attrs` are read-only
+    mappings. The planner caches results on the graph (the lower sets, the minimal budget), and
+    immutability keeps them valid. A subclass may add attributes of its own after calling
+    ``Graph.__init__``. Pickling keeps a graph, not its caches.
 
     References
     ----------
@@ -105,8 +123,16 @@ class Graph:
         nodes = list(nodes)
         if not nodes:
             raise GraphError("the graph is empty: a forward graph needs at least one node")
+        for name, m in (("cost", cost), ("memory", memory), ("attrs", attrs)):
+            if not isinstance(m, Mapping) and not (name == "attrs" and m is None):
+                raise ArgumentTypeError(
+                    f"{name} must be a mapping from node label to value, got "
+                    f"{type(m).__name__}")
         dg = nx.DiGraph()
         for v in nodes:
+            _check_hashable(v, "node label")
+            if v is None:
+                raise GraphError("None cannot be a node label")
             if v in dg:
                 raise GraphError(f"node {v!r} is given twice")
             dg.add_node(v)
@@ -116,6 +142,7 @@ class Graph:
             except (TypeError, ValueError):
                 raise GraphError(f"an edge must be a pair (v, w), got {e!r}") from None
             for x in (v, w):
+                _check_hashable(x, f"edge ({v!r}, {w!r}): node label")
                 if x not in dg:
                     raise GraphError(f"edge ({v!r}, {w!r}) names unknown node {x!r}")
             if v == w:
@@ -149,22 +176,61 @@ class Graph:
                 f"total cost {sum(costs)} exceeds {_MAX_TOTAL_COST} cost units; scale the costs "
                 "down (the DP is indexed by overhead in cost units)"
             )
+        node_attrs = {}
+        for v in order:
+            a = attrs.get(v, {}) if attrs else {}
+            if not isinstance(a, Mapping):
+                raise ArgumentTypeError(
+                    f"attrs[{v!r}] must be a mapping of metadata, got {type(a).__name__}")
+            node_attrs[v] = dict(a)
         self.labels = tuple(order)
-        self.index = {v: i for i, v in enumerate(order)}
+        index = {v: i for i, v in enumerate(order)}
+        self.index = MappingProxyType(index)
         self.n = len(order)
-        self.cost = np.asarray(costs, dtype=np.int64)
-        self.memory = np.asarray(mems, dtype=np.int64)
-        self.attrs = {v: dict(attrs.get(v, {})) for v in order} if attrs else {v: {} for v in order}
-        preds = [[self.index[u] for u in dg.predecessors(v)] for v in order]
-        succs = [[self.index[w] for w in dg.successors(v)] for v in order]
-        self.pred_ptr, self.pred_idx = _csr(preds)
-        self.succ_ptr, self.succ_idx = _csr(succs)
+        self.cost = _readonly(np.asarray(costs, dtype=np.int64))
+        self.memory = _readonly(np.asarray(mems, dtype=np.int64))
+        self.attrs = MappingProxyType(node_attrs)
+        preds = [[index[u] for u in dg.predecessors(v)] for v in order]
+        succs = [[index[w] for w in dg.successors(v)] for v in order]
+        self.pred_ptr, self.pred_idx = map(_readonly, _csr(preds))
+        self.succ_ptr, self.succ_idx = map(_readonly, _csr(succs))
         self.has_facts = facts is not None
         if facts is None:
             facts = default_facts(self)
         else:
             facts.check(self)
         self.facts = facts
+        # every attribute set so far is frozen; a subclass may add its own afterwards
+        object.__setattr__(self, "_frozen", frozenset(self.__dict__))
+
+    # -- immutability ---------------------------------------------------------------------------
+
+    def __setattr__(self, name, value):
+        if name in self.__dict__.get("_frozen", ()):
+            raise FrozenGraphError(
+                f"cannot set Graph.{name}: a Graph is immutable; build a new one")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        if name in self.__dict__.get("_frozen", ()):
+            raise FrozenGraphError(
+                f"cannot delete Graph.{name}: a Graph is immutable; build a new one")
+        object.__delattr__(self, name)
+
+    def __getstate__(self):
+        # plain containers (mapping proxies do not pickle), no planner caches
+        state = {k: v for k, v in self.__dict__.items() if k != "_family_cache"}
+        state["index"] = dict(self.index)
+        state["attrs"] = dict(self.attrs)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state["index"] = MappingProxyType(dict(state["index"]))
+        state["attrs"] = MappingProxyType(dict(state["attrs"]))
+        for k in ("cost", "memory", "pred_ptr", "pred_idx", "succ_ptr", "succ_idx"):
+            state[k] = _readonly(np.array(state[k], dtype=np.int64))
+        self.__dict__.update(state)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -315,6 +381,22 @@ class Graph:
                 f"M(V)={self.total_memory()} bytes)")
 
 
+def _readonly(a):
+    """A read-only copy of a 1-D array over immutable bytes: its WRITEABLE flag cannot be set
+    back."""
+    a = np.ascontiguousarray(a)
+    return np.frombuffer(a.tobytes(), dtype=a.dtype)
+
+
+def _check_hashable(v, what):
+    try:
+        hash(v)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"{what} {v!r} is not hashable ({type(v).__name__}); use str, int or tuple "
+            "labels") from None
+
+
 def _csr(lists):
     ptr = np.zeros(len(lists) + 1, dtype=np.int64)
     for i, x in enumerate(lists):
@@ -349,10 +431,20 @@ def _graph_from_dict(data):
     GraphError
         If the graph is invalid.
     """
+    if not isinstance(data, dict):
+        raise TypeError(f"a graph must be a JSON object, got {type(data).__name__}")
+    for key in ("nodes", "edges", "cost", "memory"):
+        if not isinstance(data[key], list):
+            raise TypeError(f"{key!r} must be a list, got {type(data[key]).__name__}")
     nodes = data["nodes"]
+    if not all(isinstance(e, list) for e in data["edges"]):
+        raise TypeError("'edges' must be a list of [v, w] pairs")
     edges = [tuple(e) for e in data["edges"]]
     cost, memory = dict(zip(nodes, data["cost"])), dict(zip(nodes, data["memory"]))
     attrs = data.get("attrs")
+    if attrs is not None and not (isinstance(attrs, list)
+                                  and all(isinstance(a, dict) for a in attrs)):
+        raise TypeError("'attrs' must be a list of JSON objects, one per node")
     facts = data.get("facts")
     if facts is not None:
         facts = ExecutionFacts.from_dict(facts)

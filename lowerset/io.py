@@ -8,8 +8,9 @@
 
 import json
 import os
+import tempfile
 
-from .exceptions import FormatError, GraphError
+from .exceptions import ArgumentTypeError, FormatError, GraphError, StrategyError
 from .graph import Graph, _graph_from_dict, _graph_to_dict
 from .strategy import CanonicalStrategy
 
@@ -58,18 +59,23 @@ def read_cg(path, cost=paper_cost):
     Raises
     ------
     FormatError
-        If the file is malformed; the message names the file and the line (a bad header or
-        count, an unknown variable id, an activation produced twice or never, a record that
-        produces a model input or parameter, bad JSON, missing or extra lines).
+        If the file is malformed; the message names the file and the line (not UTF-8 text, a
+        bad header or count, an unknown variable id, an activation produced twice or never, a
+        record that produces a model input or parameter, bad JSON, missing or extra lines;
+        blank lines at the end are allowed).
     GraphError
         If the resulting graph is invalid (for example cyclic).
+    ArgumentTypeError
+        If `path` is not a str or path-like object, or `cost` is not callable.
     OSError
         If the file cannot be read.
     """
-    path = os.fspath(path)
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
+    path = _check_path(path)
+    if not callable(cost):
+        raise ArgumentTypeError(f"cost must be callable (class name -> T_v), got {cost!r}")
+    lines = _read_text(path).split("\n")
+    # trailing blank lines (and the final newline) are not part of the format
+    while lines and not lines[-1].strip():
         lines.pop()
     pos = 0
 
@@ -137,10 +143,7 @@ def read_cg(path, cost=paper_cost):
         fname = take("the function's class name").strip()
         if not fname:
             raise FormatError("empty function class name", path, pos)
-        try:
-            json.loads(take("a JSON line"))
-        except json.JSONDecodeError as e:
-            raise FormatError(f"bad JSON: {e.msg}", path, pos) from None
+        _parse_json(take("a JSON line"), path, pos)
         if rec == "backward":
             continue
         if p == 0:
@@ -184,10 +187,100 @@ def read_cg(path, cost=paper_cost):
         raise GraphError(f"{path}: {e}") from None
 
 
+def _check_path(path):
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"path must be a str or os.PathLike, got {type(path).__name__} {path!r:.80}") from None
+
+
+def _read_text(path):
+    """The file's text; FormatError if it is binary or not UTF-8 (the line of the first bad
+    byte is given)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise FormatError(f"not a text file (NUL byte at offset {nul})", path,
+                          raw.count(b"\n", 0, nul) + 1)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start}",
+                          path, raw.count(b"\n", 0, e.start) + 1) from None
+
+
+def _parse_json(text, path, lineno=None):
+    """json.loads, with every parse failure (syntax, nesting too deep, an integer too long)
+    turned into FormatError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        line = e.lineno if lineno is None else lineno
+        raise FormatError(f"bad JSON: {e.msg}", path, line) from None
+    except (ValueError, RecursionError) as e:
+        raise FormatError(f"bad JSON: {e}", path, lineno) from None
+
+
+def _write_atomic(path, text):
+    """Write `text` to `path` through a temporary file in the same folder and a rename, so that
+    `path` holds either its old content or all of the new one, whatever fails."""
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def save_strategy(strategy, path):
-    """Write a :class:`CanonicalStrategy` as JSON (see :meth:`CanonicalStrategy.to_dict`)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(strategy.to_dict(), f)
+    """Write a :class:`CanonicalStrategy` as JSON (see :meth:`CanonicalStrategy.to_dict`).
+
+    The file is replaced atomically: the JSON goes to a temporary file in the same folder,
+    which is then renamed over `path`. If anything fails (a label JSON cannot hold, a full
+    disk), `path` keeps its previous content.
+
+    Parameters
+    ----------
+    strategy : CanonicalStrategy
+    path : str or os.PathLike
+
+    Raises
+    ------
+    ArgumentTypeError
+        If `strategy` is not a CanonicalStrategy or `path` is not a path.
+    StrategyError
+        If a node label or an entry cannot be written as JSON.
+    OSError
+        If the file cannot be written.
+    """
+    if not isinstance(strategy, CanonicalStrategy):
+        raise ArgumentTypeError(
+            f"strategy must be a CanonicalStrategy, got {type(strategy).__name__}")
+    path = _check_path(path)
+    try:
+        text = json.dumps(strategy.to_dict())
+    except (TypeError, ValueError) as e:
+        raise StrategyError(f"the strategy cannot be written as JSON: {e}") from None
+    _write_atomic(path, text)
 
 
 def load_strategy(path, graph=None):
@@ -206,33 +299,45 @@ def load_strategy(path, graph=None):
     Raises
     ------
     FormatError
-        If the file is not valid JSON.
+        If the file is not UTF-8 text holding valid JSON.
     StrategyError
-        If it is not a lowerset strategy, or was planned for a different graph.
+        If it is not a lowerset strategy (a missing or malformed entry, lower sets that are not
+        a valid sequence), or was planned for a different graph.
+    GraphError
+        If the stored graph is invalid.
+    ArgumentTypeError
+        If `path` is not a path, or `graph` is not a Graph.
+    OSError
+        If the file cannot be read.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise FormatError(f"bad JSON: {e.msg}", path, e.lineno) from None
+    path = _check_path(path)
+    data = _parse_json(_read_text(path), path)
     return CanonicalStrategy.from_dict(data, graph=graph)
 
 
 def save_graph(G, path):
     """Write a :class:`Graph` as JSON: nodes, edges, cost (cost units), memory (bytes), attrs.
 
+    The file is replaced atomically, as by :func:`save_strategy`.
+
     Raises
     ------
     GraphError
         If a label or an attribute value cannot be written as JSON.
+    ArgumentTypeError
+        If `G` is not a Graph or `path` is not a path.
+    OSError
+        If the file cannot be written.
     """
+    if not isinstance(G, Graph):
+        raise ArgumentTypeError(f"G must be a lowerset.Graph, got {type(G).__name__}")
+    path = _check_path(path)
     data = {"format": _GRAPH_FORMAT, "version": 1, **_graph_to_dict(G)}
     try:
         text = json.dumps(data)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise GraphError(f"node labels and attrs must be JSON-serialisable: {e}") from None
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    _write_atomic(path, text)
 
 
 def load_graph(path):
@@ -241,15 +346,17 @@ def load_graph(path):
     Raises
     ------
     FormatError
-        If the file is not JSON of format "lowerset.graph" version 1.
+        If the file is not UTF-8 text holding JSON of format "lowerset.graph" version 1 with
+        the entries nodes, edges, cost, memory (lists) and attrs (optional, a list of objects).
     GraphError
         If the graph is invalid.
+    ArgumentTypeError
+        If `path` is not a path.
+    OSError
+        If the file cannot be read.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise FormatError(f"bad JSON: {e.msg}", path, e.lineno) from None
+    path = _check_path(path)
+    data = _parse_json(_read_text(path), path)
     if not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT or data.get("version") != 1:
         raise FormatError("not a lowerset graph file (format 'lowerset.graph', version 1)", path)
     try:

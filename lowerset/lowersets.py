@@ -9,8 +9,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import _kernels
-from .exceptions import NotALowerSetError, SearchLimitError
+from . import _kernels, _limits
+from ._validate import check_count, requires_graph
+from .exceptions import LowersetError, NotALowerSetError, SearchLimitError
 
 __all__ = [
     "is_lower_set",
@@ -22,9 +23,14 @@ __all__ = [
     "DEFAULT_MAX_LOWER_SETS",
 ]
 
-# 250k sets mean ~3e10 subset tests in the exact DP (about a minute on one core); larger families
-# raise SearchLimitError at once instead of running for hours. Raise it knowingly.
-DEFAULT_MAX_LOWER_SETS = 250_000
+#: Default of ``max_lower_sets``. One exact DP pass tests about #L_G**2 / 2 pairs of lower sets:
+#: at 50,000 sets that is 1.25e9 pairs, 5-10 s on one core for a fan (the 15-way fan's 32,769
+#: sets take about 3 s a pass, GoogLeNet's 27,358 about the same), while the 131,073 sets of a
+#: 17-way fan would take about a minute a pass. Larger families raise SearchLimitError before
+#: anything is stored (a 17-way fan at once, from an antichain of 17 nodes). The DP's time also
+#: grows with its Pareto fronts, which the count does not show (two parallel chains of 100
+#: nodes, 10,201 sets, take about 6 s a pass): pass ``time_limit`` for a bound on time.
+DEFAULT_MAX_LOWER_SETS = 50_000
 
 #: A family of lower sets prepared for the DP kernels, sorted by size (so by inclusion), with the
 #: empty set first and V last. Arrays as returned by :func:`lowerset._kernels.set_stats`;
@@ -50,6 +56,7 @@ def mask_of_bits(bits, n):
     return np.unpackbits(raw.reshape(-1, 1), axis=1)[:, ::-1].reshape(-1)[:n].astype(bool)
 
 
+@requires_graph
 def is_lower_set(G, nodes):
     """Return True when `nodes` is a lower set of `G` (no edge from V∖L into L; Sec. 2).
 
@@ -77,6 +84,7 @@ def is_lower_set(G, nodes):
     return _kernels.is_lower_set_bits(bits, G.n, G.pred_ptr, G.pred_idx) < 0
 
 
+@requires_graph
 def check_lower_set(G, nodes):
     """Return the bool mask (shape (n,)) of `nodes`, or raise if it is not a lower set.
 
@@ -97,6 +105,7 @@ def check_lower_set(G, nodes):
     return mask
 
 
+@requires_graph
 def boundary(G, L):
     """Return the boundary ∂(L) = δ−(V∖L) ∩ L of a lower set (Sec. 2).
 
@@ -134,14 +143,104 @@ def boundary(G, L):
     return frozenset(out)
 
 
-def _enumerate_bits(G, max_lower_sets):
-    sets, status = _kernels.enumerate_lower_sets(G.n, G.n_words, G.pred_ptr, G.pred_idx,
-                                                 int(max_lower_sets))
-    if status == _kernels.STATUS_TOO_MANY:
+def _fix_for_too_many(at_least):
+    return (f"one pass of the exact DP tests about #L**2 / 2 pairs of lower sets, here at least "
+            f"{at_least ** 2 / 2:.2g}; use method='approx', or pass a larger max_lower_sets "
+            "together with a time_limit")
+
+
+def _antichain_width(G):
+    """The size of an antichain of `G` found in O(#V + #E): the widest level of the longest-path
+    layering (a path visits each level once), or the sinks, whichever is larger."""
+    level = np.zeros(G.n, dtype=np.int64)
+    for v in range(G.n):
+        p = G.pred_idx[G.pred_ptr[v]:G.pred_ptr[v + 1]]
+        if p.shape[0]:
+            level[v] = level[p].max() + 1
+    sinks = int(np.count_nonzero(np.diff(G.succ_ptr) == 0))
+    return max(int(np.bincount(level).max()), sinks)
+
+
+def _count(G, max_lower_sets, deadline):
+    """Return (#L_G, hist) with ``hist[k]`` the number of lower sets of k nodes.
+
+    Raises SearchLimitError, before allocating anything of the family's size, when #L_G >
+    `max_lower_sets` (at once when an antichain of more than log2(max_lower_sets) nodes proves
+    it) or when the deadline passes.
+    """
+    cache = G.__dict__.setdefault("_family_cache", {})
+    if "count" in cache:
+        count, hist = cache["count"]
+        if count > max_lower_sets:
+            raise SearchLimitError(
+                f"the graph has {count} lower sets, more than max_lower_sets={max_lower_sets}; "
+                + _fix_for_too_many(count), limit="max_lower_sets")
+        return count, hist
+    width = _antichain_width(G)
+    if (1 << width) > max_lower_sets:
         raise SearchLimitError(
-            f"the graph has more than {max_lower_sets} lower sets; use method='approx' or raise "
-            "max_lower_sets", limit="max_lower_sets")
+            f"the graph has at least 2**{width} lower sets ({width} nodes form an antichain, and "
+            f"every subset of it tops a different lower set), more than "
+            f"max_lower_sets={max_lower_sets}; " + _fix_for_too_many(2 ** width),
+            limit="max_lower_sets")
+    cur = np.zeros(G.n_words, dtype=np.uint64)
+    choice = np.zeros(G.n + 1, dtype=np.int8)
+    state = np.zeros(2, dtype=np.int64)
+    hist = np.zeros(G.n + 1, dtype=np.int64)
+    count = 0
+    chunk = _limits.Chunker(initial=4096)
+    while True:
+        # one more than the limit proves that the family is too large
+        budget = min(chunk.start(), max_lower_sets + 1 - count)
+        found = _kernels.count_lower_sets_chunk(G.n, G.pred_ptr, G.pred_idx, cur, choice, state,
+                                                hist, budget)
+        chunk.done(found)
+        count += found
+        if count > max_lower_sets:
+            raise SearchLimitError(
+                f"the graph has more than max_lower_sets={max_lower_sets} lower sets; "
+                + _fix_for_too_many(count), limit="max_lower_sets")
+        if found < budget:
+            break
+        deadline.check(lambda: f"while counting the lower sets ({count} so far)")
+    cache["count"] = (count, hist)
+    return count, hist
+
+
+def _enumerate_bits(G, max_lower_sets, deadline=_limits.NO_DEADLINE):
+    """All lower sets as rows of a (#L_G, W) uint64 array, sorted by size (so by inclusion).
+
+    Counts them first (:func:`_count`), then stores them in chunks into an array of exactly that
+    many rows.
+    """
+    count, hist = _count(G, max_lower_sets, deadline)
+    pos = np.zeros(G.n + 1, dtype=np.int64)
+    pos[1:] = np.cumsum(hist)[:-1]
+    sets = np.zeros((count, G.n_words), dtype=np.uint64)
+    cur = np.zeros(G.n_words, dtype=np.uint64)
+    choice = np.zeros(G.n + 1, dtype=np.int8)
+    state = np.zeros(2, dtype=np.int64)
+    stored = 0
+    chunk = _limits.Chunker(initial=4096)
+    while True:
+        budget = chunk.start()
+        found = _kernels.enumerate_lower_sets_chunk(G.n, G.pred_ptr, G.pred_idx, cur, choice,
+                                                    state, sets, pos, budget)
+        chunk.done(found)
+        stored += found
+        if found < budget:
+            break
+        deadline.check(lambda: f"while enumerating the lower sets ({stored} of {count} stored)")
+    if stored != count:  # pragma: no cover - the count and the enumeration are the same search
+        raise LowersetError(f"internal error: counted {count} lower sets, enumerated {stored}")
     return sets
+
+
+def _family_bytes(n_sets, G):
+    """Bytes the DP needs per family: the sets and boundaries (2 W words each), nine int64 per-set
+    arrays, and the DP's initial fronts (four int64 entries of capacity 4 per set, plus two
+    int64 ranges)."""
+    return n_sets * (16 * G.n_words + 9 * 8 + 4 * 4 * 8 + 2 * 8)
 
 
 def _pruned_bits(G):
@@ -152,6 +251,7 @@ def _to_frozensets(G, sets):
     return [G.nodes_of(mask_of_bits(row, G.n)) for row in sets]
 
 
+@requires_graph
 def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     """Return every lower set of `G` (the family L_G of Sec. 2), the empty set and V included.
 
@@ -159,17 +259,21 @@ def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     ----------
     G : Graph
     max_lower_sets : int
-        Give up above this many sets.
+        Give up above this many sets (>= 1).
 
     Returns
     -------
     list of frozenset
-        Each lower set once, in no particular order; ``#V + 1 <= len <= 2**#V``.
+        Each lower set once, by increasing size; ``#V + 1 <= len <= 2**#V``.
 
     Raises
     ------
     SearchLimitError
-        If `G` has more than `max_lower_sets` lower sets.
+        If `G` has more than `max_lower_sets` lower sets (``limit="max_lower_sets"``, raised
+        before the sets are stored), or the frozensets would not fit in memory
+        (``limit="memory"``).
+    ArgumentError, ArgumentTypeError
+        If `G` is not a Graph or `max_lower_sets` is not a positive integer.
 
     Examples
     --------
@@ -178,20 +282,49 @@ def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     >>> sorted(sorted(L) for L in ls.lower_sets(g))
     [[], ['a'], ['a', 'b'], ['a', 'b', 'c'], ['b']]
     """
+    max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
+    count, _ = _count(G, max_lower_sets, _limits.NO_DEADLINE)
+    # a frozenset of k labels takes about 200 + 40 k bytes; k <= n
+    _limits.check_memory(count * (8 * G.n_words + 200 + 40 * G.n), f"{count} lower sets as frozensets",
+                         "count them with count_lower_sets, or plan with method='approx'")
     return _to_frozensets(G, _enumerate_bits(G, max_lower_sets))
 
 
+@requires_graph
 def count_lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     """Return #L_G, the number of lower sets of `G` (empty set and V included).
+
+    The sets are counted by the same depth-first search that enumerates them, without storing
+    them.
+
+    Parameters
+    ----------
+    G : Graph
+    max_lower_sets : int
+        Give up above this many sets (>= 1).
+
+    Returns
+    -------
+    int
 
     Raises
     ------
     SearchLimitError
         If `G` has more than `max_lower_sets` lower sets.
+    ArgumentError, ArgumentTypeError
+        If `G` is not a Graph or `max_lower_sets` is not a positive integer.
+
+    Examples
+    --------
+    >>> ls.count_lower_sets(ls.Graph(range(3), [], dict.fromkeys(range(3), 1),
+    ...                              dict.fromkeys(range(3), 1)))
+    8
     """
-    return int(_enumerate_bits(G, max_lower_sets).shape[0])
+    max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
+    return _count(G, max_lower_sets, _limits.NO_DEADLINE)[0]
 
 
+@requires_graph
 def pruned_lower_sets(G):
     """Return the pruned family {L_v : v ∈ V} of Sec. 4.3, L_v = {w : v is reachable from w}.
 
@@ -213,7 +346,7 @@ def pruned_lower_sets(G):
     return {G.labels[v]: G.nodes_of(mask_of_bits(anc[v], G.n)) for v in range(G.n)}
 
 
-def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
+def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE):
     """Build the sorted family of lower sets a DP searches, with its per-set statistics.
 
     Parameters
@@ -223,6 +356,8 @@ def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
         "exact": all of L_G (Sec. 4.2); "approx": ∅, the pruned sets L_v and V (Sec. 4.3). V is
         added because with several sinks no L_v equals V.
     max_lower_sets : int
+    deadline : lowerset._limits.Deadline
+        Checked between the chunks of every phase.
 
     Returns
     -------
@@ -231,21 +366,60 @@ def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     Raises
     ------
     SearchLimitError
-        For "exact", if `G` has more than `max_lower_sets` lower sets.
+        For "exact", if `G` has more than `max_lower_sets` lower sets; if the family and the
+        DP's first fronts would not fit in memory (``limit="memory"``); if the deadline passes.
     """
     if method == "exact":
-        sets = _enumerate_bits(G, max_lower_sets)
+        count, _ = _count(G, max_lower_sets, deadline)
+        _limits.check_memory(_family_bytes(count, G), f"the exact DP over {count} lower sets",
+                             "use method='approx', or a smaller max_lower_sets")
+        sets = _enumerate_bits(G, max_lower_sets, deadline)
     else:
+        _limits.check_memory(_family_bytes(G.n + 2, G), f"the approximate DP over {G.n} nodes",
+                             "plan a smaller graph")
         anc = _pruned_bits(G)
         full = bits_of_mask(np.ones(G.n, dtype=bool))[None, :]
         empty = np.zeros((1, G.n_words), dtype=np.uint64)
         sets = np.unique(np.concatenate([empty, anc, full]), axis=0)
-    size = np.unpackbits(sets.view(np.uint8), axis=1).sum(axis=1)
-    order = np.argsort(size, kind="stable")
-    sets = np.ascontiguousarray(sets[order])
-    stats = _kernels.set_stats(sets, G.n, G.cost, G.memory, G.pred_ptr, G.pred_idx, G.succ_ptr,
-                               G.succ_idx)
+        size = np.unpackbits(sets.view(np.uint8), axis=1).sum(axis=1)
+        sets = np.ascontiguousarray(sets[np.argsort(size, kind="stable")])
+    stats = _set_stats(G, sets, deadline)
     size = stats[0]
     # first index of each size class (sizes are sorted)
     first = np.searchsorted(size, size, side="left").astype(np.int64)
     return Family(sets, size, first, *stats[1:])
+
+
+def _set_stats(G, sets, deadline):
+    """:func:`lowerset._kernels.set_stats` in chunks, checking `deadline` between them."""
+    s, n = sets.shape[0], G.n
+    size, tot_t, tot_m, bnd_t, bnd_m, bcount, extra = (np.zeros(s, dtype=np.int64)
+                                                        for _ in range(7))
+    bnd_bits = np.zeros_like(sets)
+    front = np.zeros(n, dtype=np.bool_)
+    front_preds = np.zeros(n, dtype=np.bool_)
+    touched = np.zeros(n, dtype=np.int64)
+    lo = 0
+    chunk = _limits.Chunker(initial=256)
+    while lo < s:
+        hi = min(s, lo + chunk.start())
+        _kernels.set_stats_range(sets, lo, hi, n, G.cost, G.memory, G.pred_ptr, G.pred_idx,
+                                 G.succ_ptr, G.succ_idx, size, tot_t, tot_m, bnd_bits, bnd_t,
+                                 bnd_m, bcount, extra, front, front_preds, touched)
+        chunk.done(hi - lo)
+        lo = hi
+        deadline.check(lambda: f"while computing the statistics of the lower sets ({lo} of {s})")
+    bptr = np.zeros(s + 1, dtype=np.int64)
+    np.cumsum(bcount, out=bptr[1:])
+    _limits.check_memory(8 * int(bptr[-1]), "the boundaries of the lower sets",
+                         "use method='approx', or a smaller max_lower_sets")
+    bidx = np.zeros(int(bptr[-1]), dtype=np.int64)
+    lo = 0
+    chunk = _limits.Chunker(initial=1024)
+    while lo < s:
+        hi = min(s, lo + chunk.start())
+        _kernels.boundary_lists(bnd_bits, lo, hi, n, bptr, bidx)
+        chunk.done(hi - lo)
+        lo = hi
+        deadline.check(lambda: f"while listing the boundaries of the lower sets ({lo} of {s})")
+    return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra

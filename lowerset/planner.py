@@ -19,15 +19,14 @@ These are searches, not an optimum over all lower-set sequences.
 """
 
 import math
-import numbers
 import time
 
 from . import dp
 from .baselines import chen_sqrtn
-from .exceptions import (ArgumentError, ArgumentTypeError, InfeasibleBudgetError,
+from .exceptions import (ArgumentError, InfeasibleBudgetError,
                          SearchLimitError)
-from .graph import Graph
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
+from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
 
 __all__ = ["solve", "min_peak", "pareto", "MODELS", "LADDER_SIZE"]
@@ -49,31 +48,6 @@ EXACT_BISECTION_STEPS = 4
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
 _EXACT_LADDER_MAX_SETS = 5000
-
-
-def as_budget(budget):
-    """Return `budget` (bytes: an int, or a float such as ``11.4e9``, rounded down) as an int.
-
-    Raises
-    ------
-    ArgumentTypeError
-        If `budget` is not a real number (or is a bool).
-    ArgumentError
-        If it is NaN, infinite or negative.
-    """
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
-        raise ArgumentTypeError(f"budget must be a number of bytes (int or float), got "
-                                f"{type(budget).__name__} {budget!r}")
-    if budget != budget or budget in (math.inf, -math.inf):
-        raise ArgumentError(f"budget must be a finite number of bytes, got {budget!r}")
-    if budget < 0:
-        raise ArgumentError(f"budget must be >= 0 bytes, got {budget!r}")
-    return int(math.floor(budget))
-
-
-def _check_graph(G):
-    if not isinstance(G, Graph):
-        raise ArgumentTypeError(f"expected a lowerset.Graph, got {type(G).__name__} {G!r}")
 
 
 def _ladder(lo, hi, n):
@@ -189,7 +163,7 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
     ...                                                      for s in front)
     True
     """
-    _check_graph(G)
+    check_graph(G)
     if method not in dp.METHODS:
         raise ArgumentError(f"unknown method {method!r}; expected one of {dp.METHODS}")
     cache = G.__dict__.setdefault("_pareto_cache", {})
@@ -300,7 +274,7 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
     >>> s.schedule.peak <= 0.9 * plain
     True
     """
-    _check_graph(G)
+    check_graph(G)
     if model not in MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
     if model == "paper":
@@ -312,7 +286,7 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
                                 "model='paper'; the least peak under the executor is min_peak()")
         raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
     if budget is not None:
-        budget = as_budget(budget)
+        budget = check_budget(budget)
     deadline = _Deadline(time_limit)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:

@@ -6,11 +6,13 @@ with node sets. The DP kernels evaluate the same quantities incrementally
 planners return.
 """
 
+from collections.abc import Iterable
 from functools import cached_property
 
 import numpy as np
 
-from .exceptions import StrategyError
+from ._validate import check_budget, check_graph
+from .exceptions import ArgumentError, ArgumentTypeError, StrategyError
 from .graph import _graph_from_dict, _graph_to_dict
 from .lowersets import check_lower_set
 
@@ -35,8 +37,8 @@ class CanonicalStrategy:
     method, mode : str, optional
         How the strategy was planned ("exact"/"approx"/a baseline; "time"/"memory"); kept as
         information.
-    budget : int, optional
-        The budget in bytes it was planned for.
+    budget : int or float, optional
+        The budget in bytes it was planned for (a float is rounded down).
     planner_seconds : float, optional
         Wall time of the planner, seconds.
 
@@ -67,6 +69,11 @@ class CanonicalStrategy:
         If the sequence is empty, not strictly increasing, or does not end with V.
     GraphError
         If a label is not a node.
+    ArgumentTypeError
+        If `graph` is not a Graph, `lower_sets` or one of its items is not iterable, or
+        `budget` is not a number.
+    ArgumentError
+        If `budget` is negative, NaN or infinite.
 
     References
     ----------
@@ -82,11 +89,21 @@ class CanonicalStrategy:
 
     def __init__(self, graph, lower_sets, *, method=None, mode=None, budget=None,
                  planner_seconds=None):
+        check_graph(graph, "graph")
         self.graph = graph
         if isinstance(lower_sets, (set, frozenset)) or (
                 isinstance(lower_sets, np.ndarray) and lower_sets.ndim == 1):
             raise StrategyError("lower_sets must be a sequence of lower sets [L_1, ..., V], "
                                 "not a single set")
+        if not isinstance(lower_sets, Iterable):
+            raise ArgumentTypeError(f"lower_sets must be a sequence of lower sets [L_1, ..., V], "
+                                    f"got {type(lower_sets).__name__}")
+        lower_sets = list(lower_sets)
+        for i, L in enumerate(lower_sets):
+            if not isinstance(L, (Iterable, np.ndarray)):
+                raise ArgumentTypeError(f"lower set {i + 1} must be an iterable of node labels "
+                                        f"or a bool mask, got {type(L).__name__} {L!r}")
+        budget = None if budget is None else check_budget(budget)
         masks = [check_lower_set(graph, L) for L in lower_sets]
         if not masks:
             raise StrategyError("a canonical strategy needs at least one lower set (V)")
@@ -103,7 +120,7 @@ class CanonicalStrategy:
         self._masks = masks
         self.method = method
         self.mode = mode
-        self.budget = None if budget is None else int(budget)
+        self.budget = budget
         self.planner_seconds = planner_seconds
         self._evaluate()
 
@@ -219,18 +236,43 @@ class CanonicalStrategy:
         Raises
         ------
         StrategyError
-            If the dict is not a lowerset strategy of a known version, or its graph does not
+            If the dict is not a lowerset strategy of a known version, an entry is missing or
+            malformed (the lower sets are lists of labels forming a valid sequence, the budget
+            a number of bytes or null, method and mode strings or null), or its graph does not
             match `graph`.
+        GraphError
+            If the stored graph is invalid.
+        ArgumentTypeError
+            If `graph` is neither None nor a Graph.
         """
+        if graph is not None:
+            check_graph(graph, "graph")
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
         if data.get("version") != _VERSION:
             raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
+        missing = [k for k in ("graph", "lower_sets") if k not in data]
+        if missing:
+            raise StrategyError(f"malformed strategy: missing entry {missing[0]!r}")
         try:
             stored = _graph_from_dict(data["graph"])
-            lower_sets = [set(L) for L in data["lower_sets"]]
         except (KeyError, TypeError) as e:
-            raise StrategyError(f"malformed strategy: missing or invalid entry {e}") from None
+            raise StrategyError(f"malformed strategy: invalid entry 'graph': {e}") from None
+        raw = data["lower_sets"]
+        try:
+            if not isinstance(raw, list) or not all(isinstance(L, list) for L in raw):
+                raise TypeError("a list of lists of node labels expected")
+            lower_sets = [set(L) for L in raw]
+        except TypeError as e:
+            raise StrategyError(f"malformed strategy: invalid entry 'lower_sets': {e}") from None
+        for key in ("method", "mode"):
+            if data.get(key) is not None and not isinstance(data[key], str):
+                raise StrategyError(f"malformed strategy: {key!r} must be a string or null, got "
+                                    f"{data[key]!r}")
+        try:
+            budget = None if data.get("budget") is None else check_budget(data["budget"])
+        except (ArgumentError, ArgumentTypeError) as e:
+            raise StrategyError(f"malformed strategy: {e}") from None
         if graph is not None:
             if not graph.matches(stored):
                 raise StrategyError("the strategy was planned for a different graph (nodes, "
@@ -238,4 +280,4 @@ class CanonicalStrategy:
         else:
             graph = stored
         return cls(graph, lower_sets, method=data.get("method"),
-                   mode=data.get("mode"), budget=data.get("budget"))
+                   mode=data.get("mode"), budget=budget)

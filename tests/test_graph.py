@@ -7,7 +7,7 @@ from hypothesis import given
 
 import lowerset as ls
 
-from strategies import dags
+from strategies import SHAPES, dags, wide_dags
 
 
 def _ones(nodes):
@@ -146,6 +146,117 @@ class TestErrors:
             ls.Graph.from_networkx(G)
 
 
+    @pytest.mark.parametrize("label", [[1], {"a": 1}, {1, 2}, np.zeros(2)])
+    def test_unhashable_label(self, label):
+        with pytest.raises(ls.ArgumentTypeError, match="not hashable") as info:
+            ls.Graph([label], [], {}, {})
+        assert isinstance(info.value, TypeError)
+
+    def test_unhashable_label_in_an_edge(self):
+        with pytest.raises(ls.ArgumentTypeError, match=r"edge \('a', \['b'\]\).*not hashable"):
+            ls.Graph(["a"], [("a", ["b"])], _ones("a"), _ones("a"))
+
+    def test_none_label(self):
+        with pytest.raises(ls.GraphError, match="None"):
+            ls.Graph([None], [], {None: 1}, {None: 1})
+
+    @pytest.mark.parametrize("kw", [{"cost": [1, 1]}, {"memory": 5}, {"attrs": [{}, {}]},
+                                    {"attrs": {"a": "Conv"}}])
+    def test_non_mapping_arguments(self, kw):
+        args = {"cost": _ones("ab"), "memory": _ones("ab"), **kw}
+        with pytest.raises(ls.ArgumentTypeError, match="must be a mapping"):
+            ls.Graph(["a", "b"], [("a", "b")], **args)
+
+
+class TestImmutable:
+    """A Graph cannot change after construction, so the planner's caches stay valid."""
+
+    def graph(self):
+        attrs = {"a": {"function": "Conv", "outputs": [1, 2]}, "b": {"function": "ReLU"}}
+        return ls.Graph(["a", "b", "c"], [("a", "b"), ("a", "c")], {"a": 10, "b": 1, "c": 1},
+                        {"a": 4, "b": 8, "c": 2}, attrs=attrs)
+
+    @pytest.mark.parametrize("name", ["labels", "index", "n", "cost", "memory", "attrs",
+                                      "pred_ptr", "pred_idx", "succ_ptr", "succ_idx"])
+    def test_attributes_cannot_be_rebound_or_deleted(self, name):
+        g = self.graph()
+        with pytest.raises(ls.FrozenGraphError, match=f"Graph.{name}.*immutable"):
+            setattr(g, name, getattr(g, name))
+        with pytest.raises(ls.FrozenGraphError, match=f"Graph.{name}"):
+            delattr(g, name)
+        assert isinstance(ls.FrozenGraphError("x"), AttributeError)
+
+    @pytest.mark.parametrize("name", ["cost", "memory", "pred_ptr", "pred_idx", "succ_ptr",
+                                      "succ_idx"])
+    def test_arrays_are_read_only(self, name):
+        g = self.graph()
+        arr = getattr(g, name)
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 7
+        with pytest.raises(ValueError):
+            arr.setflags(write=True)  # the arrays own their data: no way back
+
+    def test_mappings_are_read_only(self):
+        g = self.graph()
+        with pytest.raises(TypeError):
+            g.index["a"] = 2
+        with pytest.raises(TypeError):
+            g.attrs["c"] = {}
+
+    def test_inputs_are_copied(self):
+        cost, memory = {"a": 1, "b": 1}, {"a": 3, "b": 5}
+        attrs = {"a": {"function": "Conv"}}
+        g = ls.Graph(["a", "b"], [("a", "b")], cost, memory, attrs=attrs)
+        cost["a"], memory["a"] = 99, 99
+        attrs["a"]["function"] = "ReLU"
+        attrs["b"] = {"function": "Add"}
+        assert g.cost.tolist() == [1, 1] and g.memory.tolist() == [3, 5]
+        assert g.attrs == {"a": {"function": "Conv"}, "b": {}}
+
+    def test_min_budget_cannot_go_stale(self):
+        """Regression: the memory array used to be writable, and a change after a first
+        min_budget left the cached lower-set statistics (and so the answer) stale."""
+        g = ls.Graph.chain(4, memory=10)
+        assert ls.min_budget(g) == 50
+        with pytest.raises(ValueError):
+            g.memory[:] = 1
+        with pytest.raises(ls.FrozenGraphError):
+            g.memory = np.ones(4, dtype=np.int64)
+        assert ls.min_budget(g) == 50
+        h = ls.Graph.chain(4, memory=1)  # a changed graph is a new graph, with its own caches
+        assert ls.min_budget(h) == 5 and ls.min_budget(g) == 50
+
+    def test_subclass_adds_its_own_attributes(self):
+        class Traced(ls.Graph):
+            def __init__(self, *args, extra, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.extra = extra
+
+        t = Traced(["a"], [], _ones("a"), _ones("a"), extra=5)
+        t.extra = 6
+        assert t.extra == 6
+        with pytest.raises(ls.FrozenGraphError):
+            t.memory = None
+
+    def test_pickle_and_copy(self):
+        import copy
+        import pickle
+
+        g = self.graph()
+        ls.min_budget(g)  # fills the caches
+        for h in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
+            assert h == g and hash(h) == hash(g) and h.labels == g.labels
+            assert h.attrs == g.attrs and dict(h.index) == dict(g.index)
+            assert not h.memory.flags.writeable and not h.succ_idx.flags.writeable
+            with pytest.raises(ls.FrozenGraphError):
+                h.n = 5
+            with pytest.raises(TypeError):
+                h.index["z"] = 3
+            assert ls.min_budget(h) == ls.min_budget(g)
+        assert "_family_cache" not in pickle.loads(pickle.dumps(g)).__dict__
+
+
 class TestNetworkx:
     def test_round_trip_keeps_attrs(self):
         G = nx.DiGraph()
@@ -194,8 +305,38 @@ class TestStrategies:
 
     @pytest.mark.parametrize("kw", [{"min_nodes": 0}, {"min_nodes": 3, "max_nodes": 2},
                                     {"max_cost": 0}, {"max_memory": -1}, {"labels": "float"}])
-    def test_impossible_ranges(self, kw):
+    @pytest.mark.parametrize("builder", [dags, wide_dags])
+    def test_impossible_ranges(self, kw, builder):
         from hypothesis import find, settings as hsettings
 
         with pytest.raises(ValueError):
-            find(dags(**kw), lambda g: True, settings=hsettings(database=None))
+            find(builder(**kw), lambda g: True, settings=hsettings(database=None))
+
+    def test_wide_dags_shrink_to_the_path(self):
+        from hypothesis import find, settings as hsettings
+
+        g = find(wide_dags(min_nodes=5), lambda g: True, settings=hsettings(database=None))
+        assert g == ls.Graph.chain(5, cost=1, memory=0)
+        assert SHAPES[0] == "path"
+
+    def test_wide_dags_reach(self):
+        """In a couple of hundred draws the builder makes every shape it promises."""
+        from hypothesis import given as hgiven, settings as hsettings
+
+        seen = set()
+
+        @hsettings(database=None, max_examples=300, derandomize=True)
+        @hgiven(wide_dags())
+        def draw(g):
+            out = np.diff(g.succ_ptr)
+            pos = {v: i for i, v in enumerate(g.labels)}
+            seen.update(name for name, ok in [
+                ("14 nodes", g.n == 14), ("wide fan", out.max() >= 5),
+                ("long skip", any(pos[w] - pos[v] >= 5 for v, w in g.edges)),
+                ("several sinks", (out == 0).sum() >= 3),
+                ("several sources", (np.diff(g.pred_ptr) == 0).sum() >= 3),
+                ("many lower sets", ls.count_lower_sets(g) >= 500)] if ok)
+
+        draw()
+        assert seen == {"14 nodes", "wide fan", "long skip", "several sinks", "several sources",
+                        "many lower sets"}

@@ -230,7 +230,8 @@ class TestMalformed:
         with pytest.raises(ls.FormatError, match=r"cg_test\.txt.*\[9\].*never produced"):
             ls.read_cg(p)
 
-    @pytest.mark.parametrize("extra", [["forward"], ["", ""], ["garbage", "more"]])
+    @pytest.mark.parametrize("extra", [["forward"], ["", "forward"], ["garbage", "more"],
+                                       ["  ", "x", ""]])
     def test_trailing_lines(self, tmp_path, extra):
         lines = cg_lines()
         n = len(lines)

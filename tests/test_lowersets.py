@@ -8,12 +8,12 @@ elements), and ``L_v == nx.ancestors(G, v) | {v}``.
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, note, strategies as st
+from hypothesis import given, note, settings, strategies as st
 
 import lowerset as ls
 from lowerset.bruteforce import subset_lower_sets
 
-from strategies import dags
+from strategies import dags, examples, wide_dags
 
 
 def naive_is_lower_set(G, L):
@@ -219,3 +219,107 @@ def test_is_lower_set_on_any_subset(g, data):
     if not naive_is_lower_set(g, S):
         with pytest.raises(ls.NotALowerSetError, match="enters it from outside"):
             ls.boundary(g, S)
+
+
+# -- wide graphs: fans, long skips, several sinks (tests/strategies.py wide_dags) ------------------
+
+
+@settings(max_examples=examples(1))
+@given(wide_dags(), st.data())
+def test_wide_graphs_lower_set_invariants(g, data):
+    """Against the 2^#V subsets filtered by the definition and the antichains of networkx."""
+    family = ls.lower_sets(g)
+    note(f"#V = {g.n}, #L_G = {len(family)}")
+    assert len(family) == len(set(family)), "a lower set appears twice"
+    assert set(family) == set(subset_lower_sets(g))
+    assert len(family) == ls.count_lower_sets(g) == len(list(nx.antichains(g.to_networkx())))
+    assert family[0] == frozenset() and family[-1] == frozenset(g.labels)
+    sizes = [len(L) for L in family]
+    assert sizes == sorted(sizes)  # by size, so every subset comes before its supersets
+    pruned = ls.pruned_lower_sets(g)
+    assert set(pruned.values()) <= set(family)
+    for _ in range(3):
+        A = data.draw(st.sampled_from(family), label="A")
+        B = data.draw(st.sampled_from(family), label="B")
+        assert (A | B) in family and (A & B) in family
+        assert ls.boundary(g, A) == naive_boundary(g, A)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 13])
+def test_fan_counts(k):
+    """A root with k children: the empty set, plus the root with any subset of the children."""
+    g = fan(k)
+    assert ls.count_lower_sets(g) == 2 ** k + 1
+    family = ls.lower_sets(g)
+    assert len(set(family)) == 2 ** k + 1
+    assert all(L == frozenset() or 0 in L for L in family)
+
+
+def fan(k):
+    nodes = list(range(k + 1))
+    return ls.Graph(nodes, [(0, i) for i in nodes[1:]], dict.fromkeys(nodes, 1),
+                    dict.fromkeys(nodes, 1))
+
+
+class TestLimits:
+    """max_lower_sets is enforced before the family is stored."""
+
+    def test_wide_fan_rejected_at_once(self):
+        """Regression: a 40-way fan with max_lower_sets=10**8 used to run for 15 s and allocate
+        1.7 GB before any check; an antichain of 40 children proves #L_G > 2**40 at once."""
+        import time
+        import tracemalloc
+
+        g = fan(40)
+        tracemalloc.start()
+        start = time.perf_counter()
+        try:
+            for call in (lambda: ls.count_lower_sets(g, max_lower_sets=10**8),
+                         lambda: ls.lower_sets(g, max_lower_sets=10**8),
+                         lambda: ls.dp.solve(g, 10**6, max_lower_sets=10**8),
+                         lambda: ls.min_budget(g, max_lower_sets=10**8)):
+                with pytest.raises(ls.SearchLimitError, match=r"at least 2\*\*40") as info:
+                    call()
+                assert info.value.limit == "max_lower_sets"
+                assert "method='approx'" in str(info.value)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert time.perf_counter() - start < 1.0
+        assert peak < 10 * 2**20  # numpy reports its buffers to tracemalloc
+
+    def test_many_sets_without_a_wide_antichain(self):
+        """Two chains of 300 nodes: width 2, but 301**2 lower sets; the count stops at the
+        limit without storing a set."""
+        import tracemalloc
+
+        nodes = [(c, i) for c in range(2) for i in range(300)]
+        edges = [((c, i), (c, i + 1)) for c in range(2) for i in range(299)]
+        g = ls.Graph(nodes, edges, dict.fromkeys(nodes, 1), dict.fromkeys(nodes, 1))
+        tracemalloc.start()
+        try:
+            with pytest.raises(ls.SearchLimitError, match="more than max_lower_sets=50000"):
+                ls.dp.solve(g, 10**9)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 2 * 2**20
+        assert ls.count_lower_sets(g, max_lower_sets=301**2) == 301**2
+        with pytest.raises(ls.SearchLimitError, match=r"90601 lower sets, more than"):
+            ls.count_lower_sets(g, max_lower_sets=301**2 - 1)  # from the cached count
+
+    def test_default_limit_rejects_a_17_way_fan_quickly(self):
+        """At the defaults a 17-way fan (131,073 lower sets, a minute per DP pass) is refused
+        with the estimate and the fix, instead of running for minutes."""
+        import time
+
+        start = time.perf_counter()
+        with pytest.raises(ls.SearchLimitError) as info:
+            ls.dp.solve(fan(17))
+        assert time.perf_counter() - start < 1.0
+        msg = str(info.value)
+        assert "2**17" in msg and "max_lower_sets=50000" in msg
+        assert "method='approx'" in msg and "time_limit" in msg
+        assert ls.DEFAULT_MAX_LOWER_SETS == 50_000
+        # the approximate DP still plans it
+        assert ls.dp.solve(fan(17), method="approx").peak_memory == ls.min_budget(fan(17), "approx")

@@ -8,13 +8,14 @@ lowerset.bruteforce on every sequence of small random graphs.
 import json
 import random
 
+import networkx as nx
 import pytest
 from hypothesis import given, note, settings
 
 import lowerset as ls
 from lowerset.bruteforce import all_sequences, sequence_cost
 
-from strategies import dags, examples
+from strategies import dags, examples, wide_dags
 
 
 def chain4():
@@ -176,6 +177,25 @@ class TestValidation:
         for exc in (ls.StrategyError, ls.NotALowerSetError):
             assert issubclass(exc, ValueError) and issubclass(exc, ls.LowersetError)
 
+    @pytest.mark.parametrize("graph", [None, "g.txt", diamond().to_networkx()])
+    def test_not_a_graph(self, graph):
+        with pytest.raises(ls.ArgumentTypeError, match="graph must be a lowerset.Graph"):
+            ls.CanonicalStrategy(graph, [set("abcd")])
+
+    @pytest.mark.parametrize("seq", [5, None, [set("a"), 3, set("abcd")]])
+    def test_not_iterable(self, seq):
+        with pytest.raises(ls.ArgumentTypeError, match="lower set"):
+            ls.CanonicalStrategy(diamond(), seq)
+
+    @pytest.mark.parametrize("budget, error", [(-1, ls.ArgumentError), ("5", ls.ArgumentTypeError),
+                                               (float("nan"), ls.ArgumentError)])
+    def test_bad_budget(self, budget, error):
+        with pytest.raises(error, match="budget"):
+            ls.CanonicalStrategy(diamond(), [set("abcd")], budget=budget)
+
+    def test_float_budget(self):
+        assert ls.CanonicalStrategy(diamond(), [set("abcd")], budget=30.7).budget == 30
+
 
 class TestJSON:
     def test_to_dict_from_dict(self):
@@ -229,6 +249,24 @@ class TestJSON:
             ls.CanonicalStrategy.from_dict({**d, "version": 2})
         with pytest.raises(ls.StrategyError):
             ls.CanonicalStrategy.from_dict([1, 2])
+
+    @pytest.mark.parametrize("key, value", [
+        ("budget", "lots"), ("budget", -3), ("budget", [1]), ("budget", True),
+        ("lower_sets", "abcd"), ("lower_sets", [[0, 1, 2, 3], 5]), ("lower_sets", [[[0]]]),
+        ("lower_sets", {"0": 1}), ("method", 3), ("mode", ["time"]), ("graph", [1]),
+        ("graph", {"nodes": 3, "edges": [], "cost": [], "memory": []}),
+        ("graph", {"nodes": [0, 1, 2, 3], "edges": [[0, 1], 2], "cost": [1] * 4,
+                   "memory": [1] * 4})])
+    def test_malformed_entry(self, key, value):
+        d = ls.CanonicalStrategy(skip(), [{0, 1, 2, 3}], budget=100).to_dict()
+        d[key] = value
+        with pytest.raises(ls.StrategyError, match=f"malformed strategy.*{key}|{key}.*must"):
+            ls.CanonicalStrategy.from_dict(d)
+
+    def test_from_dict_graph_argument(self):
+        d = ls.CanonicalStrategy(skip(), [{0, 1, 2, 3}]).to_dict()
+        with pytest.raises(ls.ArgumentTypeError, match="graph"):
+            ls.CanonicalStrategy.from_dict(d, graph="skip.json")
 
     @pytest.mark.parametrize("key", ["graph", "lower_sets"])
     def test_missing_key(self, key):
@@ -324,19 +362,36 @@ def test_every_sequence_matches_bruteforce(g):
         assert sum(len(x) for x in s.segments) == g.n
 
 
-@given(dags(max_nodes=10))
-def test_bounds_of_the_model(g):
-    """[V] peaks at 2 M(V) and recomputes everything; the profile's terms are non-negative."""
+@given(wide_dags(max_nodes=10))
+def test_closed_forms_of_the_model(g):
+    """Two sequences whose costs have closed forms, derived by hand from eq. (1) and (2).
+
+    [V]: one segment, nothing cached: overhead T(V), M(1) = 2 M(V).
+
+    The topological prefixes P_i = {v_1, ..., v_i}: V_i = {v_i}; v_i is in ∂(P_i) exactly when
+    it has a successor (all successors come later), and stays in U, so the overhead is T(sinks)
+    and M(i) = M(non-sinks among v_1..v_{i-1}) + 2 M(v_i) + M(S_i) + M(δ−(S_i) ∖ P_i), where
+    S_i = δ+(P_i) ∖ P_i are the successors of the prefix outside it."""
+    G = g.to_networkx()
+    M = {v: int(g.memory[g.index[v]]) for v in g.labels}
+    T = {v: int(g.cost[g.index[v]]) for v in g.labels}
     s = ls.CanonicalStrategy(g, [set(g.labels)])
-    assert s.overhead == g.total_cost()
-    assert s.memory_profile == [2 * g.total_memory()]
-    singles = [set(g.labels[: i + 1]) for i in range(g.n)]  # topological prefixes
-    s = ls.CanonicalStrategy(g, singles)
-    assert len(s.memory_profile) == g.n
-    # only the last node is in no boundary (a sink); every other topological prefix caches its
-    # boundary, so the recomputed set is the sinks in V_i ∖ ∂(L_i)
-    assert s.overhead <= g.total_cost()
-    assert all(m >= 0 for m in s.memory_profile)
+    assert s.overhead == sum(T.values())
+    assert s.memory_profile == [2 * sum(M.values())]
+    order = list(nx.topological_sort(G))
+    prefixes = [set(order[: i + 1]) for i in range(g.n)]
+    s = ls.CanonicalStrategy(g, prefixes)
+    sinks = {v for v in order if G.out_degree(v) == 0}
+    assert s.overhead == sum(T[v] for v in sinks)
+    assert s.recomputed == frozenset(sinks)
+    expected = []
+    for i, P in enumerate(prefixes):
+        S = {w for v in P for w in G.successors(v)} - P
+        preds_outside = {u for w in S for u in G.predecessors(w)} - P
+        expected.append(sum(M[v] for v in order[:i] if v not in sinks) + 2 * M[order[i]]
+                        + sum(M[w] for w in S) + sum(M[u] for u in preds_outside))
+    assert s.memory_profile == expected
+    assert s.cached == [frozenset(u for u in P if set(G.successors(u)) - P) for P in prefixes]
 
 
 def test_single_set_instead_of_sequence():

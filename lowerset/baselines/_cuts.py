@@ -1,11 +1,13 @@
 """Articulation cuts: the lower sets Chen et al.'s checkpointing can split a DAG at."""
 
 from .. import _kernels
+from .._validate import requires_graph
 from ..lowersets import mask_of_bits
 
 __all__ = ["articulation_cuts"]
 
 
+@requires_graph
 def articulation_cuts(G):
     """Return the lower sets L_v whose boundary is the single node v, as a nested chain.
 
@@ -22,6 +24,11 @@ def articulation_cuts(G):
     -------
     list of (int, ndarray of bool with shape (n,))
         ``(v, mask of L_v)`` by increasing size; each mask strictly contains the previous one.
+
+    Raises
+    ------
+    ArgumentTypeError
+        If `G` is not a Graph.
 
     References
     ----------

@@ -4,6 +4,7 @@ import time
 
 import numpy as np
 
+from .._validate import check_budget, check_count, requires_graph
 from ..strategy import CanonicalStrategy
 from ._cuts import articulation_cuts
 
@@ -19,6 +20,7 @@ def _greedy_cuts(cuts, sizes, segment_bytes):
     return tuple(chosen)
 
 
+@requires_graph
 def chen_greedy(G, segment_bytes):
     """Chen's greedy strategy: cut at the first articulation cut after `segment_bytes` of memory.
 
@@ -28,8 +30,8 @@ def chen_greedy(G, segment_bytes):
     Parameters
     ----------
     G : Graph
-    segment_bytes : int
-        The knob b, bytes of activations per segment.
+    segment_bytes : int or float
+        The knob b, bytes of activations per segment (a float is rounded down).
 
     Returns
     -------
@@ -38,16 +40,17 @@ def chen_greedy(G, segment_bytes):
 
     Raises
     ------
-    ValueError
-        If `segment_bytes` is negative.
+    ArgumentError
+        If `segment_bytes` is negative, NaN or infinite.
+    ArgumentTypeError
+        If `G` is not a Graph, or `segment_bytes` is not a number.
 
     References
     ----------
     .. [1] Chen et al., "Training deep nets with sublinear memory cost", 2016, Sec. 4.2,
        Algorithm 3.
     """
-    if segment_bytes < 0:
-        raise ValueError(f"segment_bytes must be >= 0, got {segment_bytes!r}")
+    segment_bytes = check_budget(segment_bytes, "segment_bytes")
     start = time.perf_counter()
     cuts = articulation_cuts(G)
     sizes = [int(G.memory[m].sum()) for _, m in cuts]
@@ -56,6 +59,7 @@ def chen_greedy(G, segment_bytes):
                              planner_seconds=time.perf_counter() - start)
 
 
+@requires_graph
 def chen_greedy_sweep(G, n_knobs=64):
     """Try :func:`chen_greedy` over a grid of knob values; return the least peak (eq. 2).
 
@@ -67,12 +71,21 @@ def chen_greedy_sweep(G, n_knobs=64):
     ----------
     G : Graph
     n_knobs : int
+        At least 1.
 
     Returns
     -------
     CanonicalStrategy
         ``method="chen-greedy"``; ``budget`` is None (the knob is not a budget).
+
+    Raises
+    ------
+    ArgumentError
+        If `n_knobs` < 1.
+    ArgumentTypeError
+        If `G` is not a Graph, or `n_knobs` is not an integer.
     """
+    n_knobs = check_count(n_knobs, "n_knobs")
     start = time.perf_counter()
     cuts = articulation_cuts(G)
     sizes = [int(G.memory[m].sum()) for _, m in cuts]

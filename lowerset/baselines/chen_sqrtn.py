@@ -5,12 +5,14 @@ import time
 
 import numpy as np
 
+from .._validate import check_count, requires_graph
 from ..strategy import CanonicalStrategy
 from ._cuts import articulation_cuts
 
 __all__ = ["chen_sqrtn"]
 
 
+@requires_graph
 def chen_sqrtn(G, n_segments=None):
     """Chen's sqrt(n) strategy: about sqrt(#cuts) articulation cuts spaced evenly by memory.
 
@@ -34,8 +36,10 @@ def chen_sqrtn(G, n_segments=None):
 
     Raises
     ------
-    ValueError
-        If `n_segments` is given and is not a positive integer.
+    ArgumentError
+        If `n_segments` is given and is < 1.
+    ArgumentTypeError
+        If `G` is not a Graph, or `n_segments` is given and is not an integer.
 
     References
     ----------
@@ -53,9 +57,7 @@ def chen_sqrtn(G, n_segments=None):
     if n_segments is None:
         k = int(round(math.sqrt(len(cuts))))
     else:
-        if isinstance(n_segments, bool) or not isinstance(n_segments, int) or n_segments < 1:
-            raise ValueError(f"n_segments must be a positive integer, got {n_segments!r}")
-        k = min(n_segments - 1, len(cuts))
+        k = min(check_count(n_segments, "n_segments") - 1, len(cuts))
     chosen = []
     if k > 0 and cuts:
         cum = np.array([int(G.memory[mask].sum()) for _, mask in cuts], dtype=np.float64)

@@ -1,0 +1,153 @@
+"""The limits of one planner call: its deadline and the memory it may allocate.
+
+The Numba kernels never raise (STYLE.md), so every long phase (counting and enumerating lower
+sets, their statistics, the DPs) runs as a Python loop over kernel calls of bounded work, and the
+loop checks the deadline between calls. :class:`Chunker` sizes those calls so that each takes
+about :data:`CHUNK_SECONDS`, whatever the graph; a time limit is then kept to within a few
+milliseconds plus the work on one lower set.
+"""
+
+import os
+import time
+
+from .exceptions import SearchLimitError
+
+#: Target wall time of one kernel call between two deadline checks, seconds.
+CHUNK_SECONDS = 0.005
+#: Share of the available memory that one planner call may plan to allocate.
+MEMORY_FRACTION = 0.8
+#: Allocations up to this many bytes are not checked against the available memory (reading it
+#: costs tens of microseconds, as much as a whole DP on a small graph).
+SMALL_ALLOCATION = 64 * 2**20
+
+
+class Deadline:
+    """The time limit of one planner call.
+
+    Parameters
+    ----------
+    time_limit : float or None
+        Seconds from now (already validated), or None for no limit.
+    """
+
+    def __init__(self, time_limit):
+        self.start = time.perf_counter()
+        self.limit = time_limit
+        self.end = None if time_limit is None else self.start + time_limit
+
+    def elapsed(self):
+        """Seconds since the call started."""
+        return time.perf_counter() - self.start
+
+    def check(self, where):
+        """Raise SearchLimitError if the limit has passed.
+
+        Parameters
+        ----------
+        where : str or callable
+            Completes the message "time limit of ... s exceeded <where>" (a callable is called
+            only when the limit has passed).
+
+        Raises
+        ------
+        SearchLimitError
+            With ``limit="time_limit"``, once the deadline has passed.
+        """
+        if self.end is not None and time.perf_counter() > self.end:
+            if callable(where):
+                where = where()
+            raise SearchLimitError(
+                f"time limit of {self.limit:.3g} s exceeded {where}, after "
+                f"{self.elapsed():.3f} s; raise time_limit, or plan with method='approx'", limit="time_limit")
+
+
+NO_DEADLINE = Deadline(None)
+
+
+class Chunker:
+    """Adapts the work of each kernel call so that one call takes about `target` seconds.
+
+    Parameters
+    ----------
+    initial : int
+        Work units of the first call (sets, leaves of a search, or subset tests).
+    target : float
+        Seconds per call.
+    minimum : int
+        Never fewer work units than this per call.
+    """
+
+    def __init__(self, initial, target=CHUNK_SECONDS, minimum=64):
+        self.size = int(initial)
+        self.target = target
+        self.minimum = minimum
+        self._t0 = None
+
+    def start(self):
+        """Start timing one call; return its work budget."""
+        self._t0 = time.perf_counter()
+        return self.size
+
+    def done(self, work):
+        """Record the work units that the call just timed did, and size the next call."""
+        elapsed = time.perf_counter() - self._t0
+        if work > 0:
+            if elapsed <= 0:
+                rate_size = 4 * self.size
+            else:
+                rate_size = int(work * self.target / elapsed)
+            # grow at most 4x at a time (a cheap first call says little), shrink at once
+            self.size = max(self.minimum, min(rate_size, 4 * self.size))
+
+
+def available_memory():
+    """Bytes of memory that new allocations can use, or None when it cannot be told.
+
+    ``MemAvailable`` of ``/proc/meminfo`` on Linux, else the free physical pages.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def memory_cap():
+    """Bytes one planner call may plan to allocate (:data:`MEMORY_FRACTION` of what is
+    available), or None when the available memory is unknown."""
+    avail = available_memory()
+    return None if avail is None else int(MEMORY_FRACTION * avail)
+
+
+def check_memory(nbytes, what, fix):
+    """Raise SearchLimitError before allocating `nbytes` that the machine does not have.
+
+    Parameters
+    ----------
+    nbytes : int
+        Planned allocation, bytes.
+    what : str
+        What would be allocated, for the message.
+    fix : str
+        What the caller can do instead, for the message.
+
+    Raises
+    ------
+    SearchLimitError
+        With ``limit="memory"``, if `nbytes` exceeds :func:`memory_cap` (allocations up to
+        :data:`SMALL_ALLOCATION` are not checked).
+    """
+    if nbytes <= SMALL_ALLOCATION:
+        return
+    cap = memory_cap()
+    if cap is not None and nbytes > cap:
+        raise SearchLimitError(
+            f"{what} needs about {nbytes / 1e9:.3g} GB, more than the {cap / 1e9:.3g} GB "
+            f"({MEMORY_FRACTION:.0%} of the memory available) a planner call may use; {fix}",
+            limit="memory")
