@@ -7,7 +7,6 @@ graph stores them as dense integer ids in a topological order, which is what the
 
 import numbers
 
-import networkx as nx
 import numpy as np
 
 from .exceptions import GraphError
@@ -105,33 +104,48 @@ class Graph:
         nodes = list(nodes)
         if not nodes:
             raise GraphError("the graph is empty: a forward graph needs at least one node")
-        dg = nx.DiGraph()
+        pos = {}
         for v in nodes:
-            if v in dg:
+            if v in pos:
                 raise GraphError(f"node {v!r} is given twice")
-            dg.add_node(v)
+            pos[v] = len(pos)
+        edge_list, seen = [], set()
         for e in edges:
             try:
                 v, w = e
             except (TypeError, ValueError):
                 raise GraphError(f"an edge must be a pair (v, w), got {e!r}") from None
             for x in (v, w):
-                if x not in dg:
+                try:
+                    known = x in pos
+                except TypeError:  # unhashable
+                    known = False
+                if not known:
                     raise GraphError(f"edge ({v!r}, {w!r}) names unknown node {x!r}")
             if v == w:
                 raise GraphError(f"self-loop on node {v!r}: the forward graph must be acyclic")
-            dg.add_edge(v, w)
-        try:
-            order = list(nx.topological_sort(dg))
-        except nx.NetworkXUnfeasible:
-            cycle = nx.find_cycle(dg)
-            path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
-            raise GraphError(f"the graph has a cycle: {path}") from None
-        if _is_topological(nodes, dg):
+            if (v, w) not in seen:
+                seen.add((v, w))
+                edge_list.append((v, w))
+        if all(pos[v] < pos[w] for v, w in edge_list):
             order = nodes  # keep the caller's order: node ids are then positions in `nodes`
-        elif facts is not None:
-            raise GraphError("execution facts are indexed by node position: list the nodes in a "
-                             "topological order")
+        else:
+            # networkx only here (it takes a third of a second to import): nodes not listed in
+            # a topological order, or a cycle to report
+            import networkx as nx
+
+            dg = nx.DiGraph()
+            dg.add_nodes_from(nodes)
+            dg.add_edges_from(edge_list)
+            try:
+                order = list(nx.topological_sort(dg))
+            except nx.NetworkXUnfeasible:
+                cycle = nx.find_cycle(dg)
+                path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
+                raise GraphError(f"the graph has a cycle: {path}") from None
+            if facts is not None:
+                raise GraphError("execution facts are indexed by node position: list the nodes "
+                                 "in a topological order")
         costs, mems = [], []
         for v in order:
             if v not in cost:
@@ -155,8 +169,10 @@ class Graph:
         self.cost = np.asarray(costs, dtype=np.int64)
         self.memory = np.asarray(mems, dtype=np.int64)
         self.attrs = {v: dict(attrs.get(v, {})) for v in order} if attrs else {v: {} for v in order}
-        preds = [[self.index[u] for u in dg.predecessors(v)] for v in order]
-        succs = [[self.index[w] for w in dg.successors(v)] for v in order]
+        preds, succs = [[] for _ in order], [[] for _ in order]
+        for v, w in edge_list:
+            succs[self.index[v]].append(self.index[w])
+            preds[self.index[w]].append(self.index[v])
         self.pred_ptr, self.pred_idx = _csr(preds)
         self.succ_ptr, self.succ_idx = _csr(succs)
         self.has_facts = facts is not None
@@ -191,6 +207,8 @@ class Graph:
             If `G` is not directed, or as :class:`Graph` does (cycle, bad or missing attribute,
             empty graph).
         """
+        import networkx as nx
+
         if not isinstance(G, nx.DiGraph) or G.is_multigraph():
             raise GraphError(f"expected a networkx.DiGraph, got {type(G).__name__}")
         data = dict(G.nodes(data=True))
@@ -201,6 +219,8 @@ class Graph:
 
     def to_networkx(self):
         """Return a :class:`networkx.DiGraph` copy with node attributes ``cost`` and ``memory``."""
+        import networkx as nx
+
         G = nx.DiGraph()
         for i, v in enumerate(self.labels):
             G.add_node(v, cost=int(self.cost[i]), memory=int(self.memory[i]), **self.attrs[v])
@@ -305,11 +325,6 @@ def _csr(lists):
         ptr[i + 1] = ptr[i] + len(x)
     idx = np.fromiter((j for x in lists for j in sorted(x)), dtype=np.int64, count=int(ptr[-1]))
     return ptr, idx
-
-
-def _is_topological(nodes, dg):
-    pos = {v: i for i, v in enumerate(nodes)}
-    return all(pos[v] < pos[w] for v, w in dg.edges)
 
 
 def _graph_to_dict(G, attrs=True):
