@@ -130,19 +130,7 @@ class Graph:
         if all(pos[v] < pos[w] for v, w in edge_list):
             order = nodes  # keep the caller's order: node ids are then positions in `nodes`
         else:
-            # networkx only here (it takes a third of a second to import): nodes not listed in
-            # a topological order, or a cycle to report
-            import networkx as nx
-
-            dg = nx.DiGraph()
-            dg.add_nodes_from(nodes)
-            dg.add_edges_from(edge_list)
-            try:
-                order = list(nx.topological_sort(dg))
-            except nx.NetworkXUnfeasible:
-                cycle = nx.find_cycle(dg)
-                path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
-                raise GraphError(f"the graph has a cycle: {path}") from None
+            order = _topological_order(nodes, edge_list)
             if facts is not None:
                 raise GraphError("execution facts are indexed by node position: list the nodes "
                                  "in a topological order")
@@ -325,6 +313,46 @@ def _csr(lists):
         ptr[i + 1] = ptr[i] + len(x)
     idx = np.fromiter((j for x in lists for j in sorted(x)), dtype=np.int64, count=int(ptr[-1]))
     return ptr, idx
+
+
+def _topological_order(nodes, edges):
+    """The topological order networkx's ``topological_sort`` gives for a DiGraph built by adding
+    `nodes`, then `edges` (distinct pairs), in order: Kahn's algorithm by generations, children
+    in edge order. It is written out here so that building a graph does not import networkx (a
+    third of a second); networkx is imported only to name a cycle.
+
+    Raises
+    ------
+    GraphError
+        If the graph has a cycle; the message names one.
+    """
+    succ = {v: [] for v in nodes}
+    indegree = dict.fromkeys(nodes, 0)
+    for v, w in edges:
+        succ[v].append(w)
+        indegree[w] += 1
+    zero = [v for v in nodes if indegree[v] == 0]
+    waiting = {v: d for v, d in indegree.items() if d > 0}
+    order = []
+    while zero:
+        generation, zero = zero, []
+        for v in generation:
+            for w in succ[v]:
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    zero.append(w)
+                    del waiting[w]
+        order.extend(generation)
+    if waiting:
+        import networkx as nx
+
+        dg = nx.DiGraph()
+        dg.add_nodes_from(nodes)
+        dg.add_edges_from(edges)
+        cycle = nx.find_cycle(dg)
+        path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
+        raise GraphError(f"the graph has a cycle: {path}")
+    return order
 
 
 def _graph_to_dict(G, attrs=True):
