@@ -251,7 +251,9 @@ def cmd_plan(a, out):
         except InfeasibleBudgetError as e:
             raise CommandError(_infeasible(e, a.model)) from None
     data = s.to_dict()
+    # "budget" is what the DP was run at (eq. (2) bytes); the command's own budget and model:
     data["model"] = a.model
+    data["requested_budget"] = a.budget
     text = json.dumps(data)
     summary = f"plan ({a.model} model, {a.method}): {_strategy_line(s, a.model)}"
     if a.output:
