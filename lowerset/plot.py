@@ -205,7 +205,7 @@ def timeline(sched, *, budget=None, measured=None, ax=None, unit="GB", title=Non
         ax.axhline(budget, color="red", lw=1.2, label=f"budget {budget / _UNITS[unit]:.3g} {unit}")
     if measured is not None:
         mx, my = _measured_xy(measured, len(x))
-        ax.plot(mx, my, ".", color="purple", ms=3, label="measured")
+        ax.plot(mx, my, ".", color="purple", ms=5, label="measured")
     if sched.fold.peak_index >= 0:
         i = sched.fold.peak_index
         ax.plot([i], [sched.peak], "v", color="red", ms=7,
