@@ -11,8 +11,8 @@ does my device hold? It works in three steps.
    must not change with it. A third traced batch checks the extrapolation.
 2. **Predict.** At a batch size b the plan's schedule (:func:`lowerset.schedule`) predicts the
    whole-step peak, parameters and inputs included: the plain step's for ``planner=None``,
-   Chen's sqrt(n) for ``"chen"``, and for ``"lowerset"`` the planner's least peak
-   (:func:`lowerset.min_peak`), with the plan of least recomputation that fits the limit
+   Chen's sqrt(n) for ``"chen"``, and for ``"lowerset"`` the least peak of the planner's front
+   (:func:`lowerset.pareto`), with the plan of least recomputation that fits the limit
    (:func:`lowerset.solve`). The largest b whose prediction fits is found with a few planner
    calls (a first guess from the slope of the peak between the traced batches, then doubling
    and bisection); no step runs meanwhile.
