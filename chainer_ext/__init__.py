@@ -19,8 +19,13 @@ from .exceptions import *  # noqa: F401,F403,E402
 from .trace import trace, TracedGraph, preset_cost, COST_MODELS  # noqa: F401,E402
 from .hook import RecomputeHook, LivenessHook  # noqa: F401,E402
 from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401,E402
+from .batch import (max_batch_size, BatchSizeResult, BatchTrial, BatchScalingError,  # noqa: F401,E402
+                    NoBatchFitsError, extrapolate)
+from .timeline import measure_timeline, MeasuredTimeline  # noqa: F401,E402
 from . import exceptions  # noqa: E402
 
 __all__ = (["trace", "TracedGraph", "preset_cost", "COST_MODELS", "RecomputeHook",
-            "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport"]
+            "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport", "max_batch_size",
+            "BatchSizeResult", "BatchTrial", "BatchScalingError", "NoBatchFitsError",
+            "extrapolate", "measure_timeline", "MeasuredTimeline"]
            + exceptions.__all__)

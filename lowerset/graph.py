@@ -9,7 +9,6 @@ import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
 
-import networkx as nx
 import numpy as np
 
 from .exceptions import ArgumentTypeError, FrozenGraphError, GraphError
@@ -128,14 +127,15 @@ class Graph:
                 raise ArgumentTypeError(
                     f"{name} must be a mapping from node label to value, got "
                     f"{type(m).__name__}")
-        dg = nx.DiGraph()
+        pos = {}
         for v in nodes:
             _check_hashable(v, "node label")
             if v is None:
                 raise GraphError("None cannot be a node label")
-            if v in dg:
+            if v in pos:
                 raise GraphError(f"node {v!r} is given twice")
-            dg.add_node(v)
+            pos[v] = len(pos)
+        edge_list, seen = [], set()
         for e in edges:
             try:
                 v, w = e
@@ -143,22 +143,20 @@ class Graph:
                 raise GraphError(f"an edge must be a pair (v, w), got {e!r}") from None
             for x in (v, w):
                 _check_hashable(x, f"edge ({v!r}, {w!r}): node label")
-                if x not in dg:
+                if x not in pos:
                     raise GraphError(f"edge ({v!r}, {w!r}) names unknown node {x!r}")
             if v == w:
                 raise GraphError(f"self-loop on node {v!r}: the forward graph must be acyclic")
-            dg.add_edge(v, w)
-        try:
-            order = list(nx.topological_sort(dg))
-        except nx.NetworkXUnfeasible:
-            cycle = nx.find_cycle(dg)
-            path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
-            raise GraphError(f"the graph has a cycle: {path}") from None
-        if _is_topological(nodes, dg):
+            if (v, w) not in seen:
+                seen.add((v, w))
+                edge_list.append((v, w))
+        if all(pos[v] < pos[w] for v, w in edge_list):
             order = nodes  # keep the caller's order: node ids are then positions in `nodes`
-        elif facts is not None:
-            raise GraphError("execution facts are indexed by node position: list the nodes in a "
-                             "topological order")
+        else:
+            order = _topological_order(nodes, edge_list)
+            if facts is not None:
+                raise GraphError("execution facts are indexed by node position: list the nodes "
+                                 "in a topological order")
         costs, mems = [], []
         for v in order:
             if v not in cost:
@@ -190,8 +188,10 @@ class Graph:
         self.cost = _readonly(np.asarray(costs, dtype=np.int64))
         self.memory = _readonly(np.asarray(mems, dtype=np.int64))
         self.attrs = MappingProxyType(node_attrs)
-        preds = [[index[u] for u in dg.predecessors(v)] for v in order]
-        succs = [[index[w] for w in dg.successors(v)] for v in order]
+        preds, succs = [[] for _ in order], [[] for _ in order]
+        for v, w in edge_list:
+            succs[index[v]].append(index[w])
+            preds[index[w]].append(index[v])
         self.pred_ptr, self.pred_idx = map(_readonly, _csr(preds))
         self.succ_ptr, self.succ_idx = map(_readonly, _csr(succs))
         self.has_facts = facts is not None
@@ -257,6 +257,8 @@ class Graph:
             If `G` is not directed, or as :class:`Graph` does (cycle, bad or missing attribute,
             empty graph).
         """
+        import networkx as nx
+
         if not isinstance(G, nx.DiGraph) or G.is_multigraph():
             raise GraphError(f"expected a networkx.DiGraph, got {type(G).__name__}")
         data = dict(G.nodes(data=True))
@@ -267,6 +269,8 @@ class Graph:
 
     def to_networkx(self):
         """Return a :class:`networkx.DiGraph` copy with node attributes ``cost`` and ``memory``."""
+        import networkx as nx
+
         G = nx.DiGraph()
         for i, v in enumerate(self.labels):
             G.add_node(v, cost=int(self.cost[i]), memory=int(self.memory[i]), **self.attrs[v])
@@ -405,9 +409,44 @@ def _csr(lists):
     return ptr, idx
 
 
-def _is_topological(nodes, dg):
-    pos = {v: i for i, v in enumerate(nodes)}
-    return all(pos[v] < pos[w] for v, w in dg.edges)
+def _topological_order(nodes, edges):
+    """The topological order networkx's ``topological_sort`` gives for a DiGraph built by adding
+    `nodes`, then `edges` (distinct pairs), in order: Kahn's algorithm by generations, children
+    in edge order. It is written out here so that building a graph does not import networkx (a
+    third of a second); networkx is imported only to name a cycle.
+
+    Raises
+    ------
+    GraphError
+        If the graph has a cycle; the message names one.
+    """
+    succ = {v: [] for v in nodes}
+    indegree = dict.fromkeys(nodes, 0)
+    for v, w in edges:
+        succ[v].append(w)
+        indegree[w] += 1
+    zero = [v for v in nodes if indegree[v] == 0]
+    waiting = {v: d for v, d in indegree.items() if d > 0}
+    order = []
+    while zero:
+        generation, zero = zero, []
+        for v in generation:
+            for w in succ[v]:
+                waiting[w] -= 1
+                if waiting[w] == 0:
+                    zero.append(w)
+                    del waiting[w]
+        order.extend(generation)
+    if waiting:
+        import networkx as nx
+
+        dg = nx.DiGraph()
+        dg.add_nodes_from(nodes)
+        dg.add_edges_from(edges)
+        cycle = nx.find_cycle(dg)
+        path = " -> ".join(repr(e[0]) for e in cycle) + f" -> {cycle[0][0]!r}"
+        raise GraphError(f"the graph has a cycle: {path}")
+    return order
 
 
 def _graph_to_dict(G, attrs=True):
