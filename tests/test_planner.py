@@ -102,7 +102,7 @@ class TestErrors:
             ls.solve(self.g, budget=budget)
 
     def test_other_arguments(self):
-        with pytest.raises(ls.ArgumentTypeError, match="expected a lowerset.Graph"):
+        with pytest.raises(ls.ArgumentTypeError, match="must be a lowerset.Graph"):
             ls.solve("x")
         with pytest.raises(ls.ArgumentError, match="unknown model"):
             ls.solve(self.g, model="eq2")
