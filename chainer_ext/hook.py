@@ -18,6 +18,7 @@ import lowerset
 
 from . import _backend
 from . import _chainer_internals as _ci
+from . import _effects
 from .exceptions import HookUsageError, StrategyMismatchError
 from .trace import array_attr_ids, forward_state, output_arrays
 
@@ -167,6 +168,8 @@ class RecomputeHook(chainer.FunctionHook):
             self._in_sig.append(tuple(sig))
         self._out_sig = [tuple((tuple(s_), np.dtype(d)) for s_, d in a["outputs"]) for a in A]
         self._ret_out = [tuple(f.reads_outputs) for f in self._facts]
+        # what a recomputation sets back to its value before the forward (see _effects)
+        self._restore_paths = [tuple(tuple(p) for p in a.get("restore", ())) for a in A]
         self._returned = set(g.facts.returned)
         self._types = _backend.array_types()
 
@@ -184,6 +187,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._held = {}         # (node, k) -> array: the values the schedule holds now
         self._ext = {}
         self._cfg = {}
+        self._pre = {}          # node -> values of its restore paths before its forward
         self._before = self._in_ids = None
         self._state = [()] * self._n
         self._had = {}
@@ -300,6 +304,9 @@ class RecomputeHook(chainer.FunctionHook):
             self._ext[j] = {p: a for p, a in enumerate(in_data)
                             if self._args[j][p][0] != "node"}
             self._cfg[j] = _ci.capture_config()
+            if self._restore_paths[j]:
+                self._pre[j] = [_effects.capture(function, p, self._types)
+                                for p in self._restore_paths[j]]
         self._pos = j + 1
         self._pending = j
 
@@ -440,6 +447,8 @@ class RecomputeHook(chainer.FunctionHook):
         ys = self._run_forward(v, f, tuple(xs))
         state = forward_state(f, before, {id(a) for a in xs} | {id(y) for y in ys},
                               self._types)
+        if self._facts[v].stochastic:  # its state is kept: what it makes again replaces it
+            state = [a for a in state if a not in self._state[v]]
         del xs
         for k, y in enumerate(ys):
             self._held[v, k] = y
@@ -449,20 +458,19 @@ class RecomputeHook(chainer.FunctionHook):
         self._log["recomputed"].append(v)
 
     def _run_forward(self, v, f, xs):
-        saved = [(a, getattr(f, a)) for a in _ci.side_effect_attrs(f)]
+        """Run the forward of node `v` again: under its configuration, with what its first forward
+        changed besides its outputs set back for the duration (running statistics, counters,
+        NumPy's random state: the draws are replayed and the side effect is not repeated)."""
+        paths = self._restore_paths[v]
         with contextlib.ExitStack() as st:
             for key, val in zip(_ci.CONFIG_KEYS, self._cfg[v]):
                 if val is not None:
                     st.enter_context(chainer.using_config(key, val))
             st.enter_context(chainer.using_config("in_recomputing", True))
             st.enter_context(chainer.using_device(chainer.backend.get_device_from_array(*xs)))
-            try:
-                for a, _ in saved:
-                    setattr(f, a, None)
-                ys = f.forward(xs)
-            finally:
-                for a, val in saved:
-                    setattr(f, a, val)
+            if paths:
+                st.enter_context(_effects.swapped(f, paths, self._pre.pop(v), self._types))
+            ys = f.forward(xs)
         return ys
 
     def _restore(self, v, ys):
