@@ -95,11 +95,15 @@ class RecomputeHook(chainer.FunctionHook):
     - A dropped value that no backward step needs is not recomputed: the realised overhead is
       at most the planned one (eq. 1).
     - Recomputation calls each function's ``forward`` under the configuration captured when it
-      first ran, with ``chainer.config.in_recomputing`` set; BatchNormalization does not update
-      its running statistics a second time, and stochastic functions (Dropout, Gaussian, ...)
-      reuse the mask or noise they drew, which is kept until their backward.
-    - Intermediate Variables the caller still holds lose their arrays when the schedule frees
-      them; the outputs of the traced callable are never freed.
+      first ran, with ``chainer.config.in_recomputing`` set, and with what its first forward
+      changed besides its outputs set back for the duration (the graph's ``attrs[v]["restore"]``
+      paths, found by :func:`chainer_ext.trace`): running statistics and counters are not
+      updated a second time, and NumPy's random state is replayed. A function whose forward
+      reuses the random draws it keeps (``NodeFacts.stochastic``: Dropout's mask) keeps them
+      until its backward; a pinned function (``NodeFacts.pinned``) is never recomputed.
+    - Intermediate Variables the caller still holds lose their arrays when the schedule drops
+      them in forward (a recomputation puts them back); the outputs of the traced callable are
+      never freed.
     - If the forward pass ends inside the ``with`` block without a backward pass, the dropped
       values are recomputed at exit, so a backward pass outside the block still works (without
       savings).

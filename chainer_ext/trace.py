@@ -337,11 +337,6 @@ def _same_arrays(ys, outs):
     return len(ys) == len(outs) and all(_effects.same_bits(y, o) for y, o in zip(ys, outs))
 
 
-def _describe(paths):
-    return ", ".join(".".join(p[1:]) if p != _effects.GLOBAL_RNG else "NumPy's random state"
-                     for p in paths)
-
-
 def _capture_outputs(function):
     """Wrap `function.forward` (an instance attribute, removed in forward_postprocess) so that
     its output arrays are seen before Chainer wraps them in Variables the caller may drop."""
@@ -363,9 +358,17 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
 
     The forward pass runs once under a recording hook; then the backward pass runs once from
     the returned Variables (seeded with ones, as ``loss.backward()`` does for a scalar), so that
-    Chainer's backward order and gradients are recorded too. Parameters' gradients, persistent
-    values updated in forward (BatchNormalization running statistics) and NumPy's global random
-    state are restored afterwards; CuPy's random state is not.
+    Chainer's backward order and gradients are recorded too. Parameters' gradients, what each
+    forward changed besides its outputs (running statistics, counters on links, private random
+    generators, inputs written in place) and NumPy's global random state are restored
+    afterwards; CuPy's random state is not.
+
+    Each function's side effects are found here (see ``chainer_ext._effects``): what its
+    forward changed that a recomputation must set back goes to ``attrs[v]["restore"]``; a
+    function that drew random numbers and reuses its kept draws on a second forward is
+    ``NodeFacts.stochastic``; one whose change cannot be set back (an input or a list changed
+    in place), or whose draws cannot be replayed, is ``NodeFacts.pinned`` with the reason in
+    ``attrs[v]["pinned"]``.
 
     Parameters
     ----------
