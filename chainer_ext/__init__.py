@@ -22,10 +22,12 @@ from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401,E402
 from .batch import (max_batch_size, BatchSizeResult, BatchTrial, BatchScalingError,  # noqa: F401,E402
                     NoBatchFitsError, extrapolate)
 from .timeline import measure_timeline, MeasuredTimeline  # noqa: F401,E402
+from .verify import verify, VerifyReport, VerificationError  # noqa: F401,E402
 from . import exceptions  # noqa: E402
 
 __all__ = (["trace", "TracedGraph", "preset_cost", "COST_MODELS", "RecomputeHook",
             "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport", "max_batch_size",
             "BatchSizeResult", "BatchTrial", "BatchScalingError", "NoBatchFitsError",
-            "extrapolate", "measure_timeline", "MeasuredTimeline"]
+            "extrapolate", "measure_timeline", "MeasuredTimeline", "verify", "VerifyReport",
+            "VerificationError"]
            + exceptions.__all__)

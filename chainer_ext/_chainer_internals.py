@@ -18,25 +18,11 @@ Internals relied on
   outputs ``forward`` retained for ``backward``.
 - ``FunctionNode._retained_output_data``: the retained output arrays (a second reference besides
   the output node's ``_data``).
-- ``BatchNormalization.running_mean`` / ``running_var``: the function updates these running
-  statistics inside ``forward``; recomputation sets them to ``None`` for the duration.
 """
 
 import chainer
 
 __all__ = []
-
-# Function classes (by class name) whose forward draws random numbers but reuses what it drew
-# when the attribute is already set (Dropout: ``mask``/``states``; Gaussian: ``eps``). Their
-# forward-made state is never freed before their backward, so a recomputation reuses it.
-STOCHASTIC_FUNCTIONS = frozenset({"Dropout", "Gaussian", "Zoneout", "SimplifiedDropconnect",
-                                  "RReLU"})
-
-# Attributes a function updates in place during forward (running statistics). Recomputation
-# sets them to None, which makes the forward skip the update, and restores them afterwards.
-_SIDE_EFFECT_ATTRS = {
-    "BatchNormalization": ("running_mean", "running_var"),
-}
 
 # Config entries that can change what a forward computes; captured per function so that a
 # recomputation runs under the same configuration.
@@ -84,11 +70,6 @@ def retained_output_data(func):
 def set_retained_output_data(func, data):
     """Set (or clear, with ``None``) the retained output arrays of ``func``."""
     func._retained_output_data = data
-
-
-def side_effect_attrs(func):
-    """Names of attributes ``func`` updates in place in forward (e.g. BN running statistics)."""
-    return _SIDE_EFFECT_ATTRS.get(type(func).__name__, ())
 
 
 def capture_config():

@@ -10,6 +10,7 @@ when — is the schedule's; the hook only carries it out.
 """
 
 import contextlib
+import threading
 
 import chainer
 import numpy as np
@@ -18,6 +19,7 @@ import lowerset
 
 from . import _backend
 from . import _chainer_internals as _ci
+from . import _effects
 from .exceptions import HookUsageError, StrategyMismatchError
 from .trace import array_attr_ids, forward_state, output_arrays
 
@@ -39,11 +41,14 @@ class RecomputeHook(chainer.FunctionHook):
     """Run a training step under the schedule of a canonical strategy (paper, Sec. 3).
 
     This hook overrides ``forward_preprocess``, ``forward_postprocess``, ``backward_preprocess``
-    and ``backward_postprocess``. Register it globally with ``with hook:`` around one forward
-    pass and its backward pass (registering it on a single function with
-    ``FunctionNode.add_hook`` is not supported). Function applications are matched to the
-    strategy's graph by position in forward order, so the graph must come from
-    :func:`chainer_ext.trace` of the same model, batch size and input shapes.
+    and ``backward_postprocess``. Register it globally with ``with hook:`` around one or more
+    training steps (a forward pass and its backward pass each; registering it on a single
+    function with ``FunctionNode.add_hook`` is not supported). Function applications are matched
+    to the strategy's graph by position in forward order, so the graph must come from
+    :func:`chainer_ext.trace` of the same model, batch size and input shapes. A step ends when
+    its backward pass has run every backward call of the schedule; after that, applications
+    that do not match function 0 of the graph (metrics such as ``F.accuracy``) are not part of a
+    step, and the next application that matches it starts the next step.
 
     Parameters
     ----------
@@ -82,24 +87,37 @@ class RecomputeHook(chainer.FunctionHook):
         number of functions), or Chainer's backward pass runs its functions in another order
         than the traced one.
     HookUsageError
-        If another RecomputeHook is already registered (nesting), or the hook is added to a
-        single function.
+        If another RecomputeHook is already registered (nesting), the hook is in use in another
+        thread, or the hook is added to a single function.
 
     Notes
     -----
     - A dropped value that no backward step needs is not recomputed: the realised overhead is
       at most the planned one (eq. 1).
     - Recomputation calls each function's ``forward`` under the configuration captured when it
-      first ran, with ``chainer.config.in_recomputing`` set; BatchNormalization does not update
-      its running statistics a second time, and stochastic functions (Dropout, Gaussian, ...)
-      reuse the mask or noise they drew, which is kept until their backward.
-    - Intermediate Variables the caller still holds lose their arrays when the schedule frees
-      them; the outputs of the traced callable are never freed.
+      first ran, with ``chainer.config.in_recomputing`` set, and with what its first forward
+      changed besides its outputs set back for the duration (the graph's ``attrs[v]["restore"]``
+      paths, found by :func:`chainer_ext.trace`): running statistics and counters are not
+      updated a second time, and NumPy's random state is replayed. A function whose forward
+      reuses the random draws it keeps (``NodeFacts.stochastic``: Dropout's mask) keeps them
+      until its backward; a pinned function (``NodeFacts.pinned``) is never recomputed.
+    - Intermediate Variables the caller still holds lose their arrays when the schedule drops
+      them in forward (a recomputation puts them back); the outputs of the traced callable are
+      never freed.
     - If the forward pass ends inside the ``with`` block without a backward pass, the dropped
       values are recomputed at exit, so a backward pass outside the block still works (without
       savings).
     - If an exception leaves the ``with`` block, the hook drops its per-step state and can be
       used again; the model is untouched.
+    - A Variable the caller still holds during the backward pass (the logits, to compute
+      accuracy after ``backward()``) keeps its array when the schedule frees the value, as in a
+      plain run: the hook drops its own references only. One the schedule drops in forward and
+      no backward call needs again has no array after the step.
+    - A second backward pass over a step's graph raises :class:`HookUsageError` in the first
+      function whose retained arrays or state the hook freed: run the forward pass again.
+    - Chainer's hooks are per thread; a RecomputeHook holds one step's state, so entering one
+      hook in a second thread while it is in use raises :class:`HookUsageError` (make one hook
+      per thread).
 
     Examples
     --------
@@ -167,13 +185,24 @@ class RecomputeHook(chainer.FunctionHook):
             self._in_sig.append(tuple(sig))
         self._out_sig = [tuple((tuple(s_), np.dtype(d)) for s_, d in a["outputs"]) for a in A]
         self._ret_out = [tuple(f.reads_outputs) for f in self._facts]
+        # (node, k) -> the nodes whose backward reads that value
+        self._readers = {}
+        for u, f in enumerate(self._facts):
+            for p in f.reads_args:
+                x = self._args[u][p]
+                if x[0] == "node":
+                    self._readers.setdefault((x[1], x[2]), set()).add(u)
+            for k in f.reads_outputs:
+                self._readers.setdefault((u, k), set()).add(u)
+        # what a recomputation sets back to its value before the forward (see _effects)
+        self._restore_paths = [tuple(tuple(p) for p in a.get("restore", ())) for a in A]
         self._returned = set(g.facts.returned)
         self._types = _backend.array_types()
 
     # -- per-step state ---------------------------------------------------------------------------
 
     def _reset(self):
-        self._phase = "idle"    # idle -> forward -> backward
+        self._phase = "idle"    # idle -> forward -> backward -> done (-> forward: next step)
         self._depth = 0         # nesting of forward applications
         self._bdepth = 0        # nesting of backward steps
         self._pos = 0           # next function application in forward order
@@ -184,6 +213,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._held = {}         # (node, k) -> array: the values the schedule holds now
         self._ext = {}
         self._cfg = {}
+        self._pre = {}          # node -> values of its restore paths before its forward
         self._before = self._in_ids = None
         self._state = [()] * self._n
         self._had = {}
@@ -191,6 +221,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._current = None
         self._log = {"discarded": [], "recomputed": [], "freed": []}
         self._rec = []
+        self._spent = set()     # nodes whose backward lost what it reads (freed values/state)
 
     def __enter__(self):
         for h in chainer.get_function_hooks().values():
@@ -198,9 +229,21 @@ class RecomputeHook(chainer.FunctionHook):
                 raise HookUsageError(
                     f"RecomputeHook {h.name!r} is already registered; RecomputeHooks cannot be "
                     "nested (each would drop values the other needs)")
-        self._reset()
-        self._phase = "forward"
-        return super().__enter__()
+        with _OWNERS_LOCK:
+            owner = getattr(self, "_owner", None)
+            if owner is not None:
+                raise HookUsageError(
+                    f"this RecomputeHook is in use in thread {owner} (Chainer's hooks are "
+                    "per thread, and a RecomputeHook holds the state of the step it runs): "
+                    "make one RecomputeHook per thread, e.g. RecomputeHook(strategy) in each")
+            self._owner = threading.get_ident()
+        try:
+            self._reset()
+            self._phase = "forward"
+            return super().__enter__()
+        except BaseException:
+            self._owner = None
+            raise
 
     def __exit__(self, exc_type, exc, tb):
         try:
@@ -208,11 +251,37 @@ class RecomputeHook(chainer.FunctionHook):
                 self._complete_pending()
                 self._restore_dropped()
         finally:
-            self.last_iteration = self._log
-            if self.record:
-                self.events = self._rec
+            if self._phase != "done":
+                self._publish()
             self._reset()
+            self._owner = None
             super().__exit__(exc_type, exc, tb)
+
+    def _publish(self):
+        self.last_iteration = self._log
+        if self.record:
+            self.events = self._rec
+
+    def _finish_step(self):
+        """The backward pass is over: publish the step's log and events, make the functions whose
+        backward lost what it reads raise a clear error on a second backward pass, and drop the
+        step's state (the next function application matching function 0 starts a new step)."""
+        self._publish()
+        for v in self._spent:
+            f = self._funcs[v]
+            if f is not None:
+                f.backward = _spent_backward(v, self._names[v])
+        for f in self._funcs:
+            if f is not None:
+                f._chainer_ext_step_done = True
+        self._reset()
+        self._phase = "done"
+
+    def _starts_step(self, function, in_data):
+        """Whether this application is function 0 of the graph (class and input signature)."""
+        exp = self._in_sig[0]
+        return (type(function).__name__ == self._names[0] and len(in_data) == len(exp)
+                and all(a.shape == s and a.dtype == d for a, (s, d) in zip(in_data, exp)))
 
     def added(self, function):
         if function is not None:
@@ -266,20 +335,27 @@ class RecomputeHook(chainer.FunctionHook):
     # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
-        if self._phase != "forward":
-            return
+        if (self._phase == "done" and not self._depth and chainer.config.enable_backprop
+                and self._starts_step(function, in_data)):
+            self._reset()
+            self._phase = "forward"
+        if self._phase not in ("forward", "done"):
+            return   # idle, or a function applied by a backward step
         if self._depth:
             self._depth += 1
             return
-        if not chainer.config.enable_backprop:
-            self._depth = 1   # not a node (trace skips these too)
+        if self._phase == "done" or not chainer.config.enable_backprop:
+            self._depth = 1   # not a node (trace skips these too), or outside a step
             return
         j = self._pos
         name = type(function).__name__
         if j >= self._n:
             raise StrategyMismatchError(
                 f"function {j} ({name}) is beyond the {self._n} functions of the strategy's "
-                "graph: the forward pass changed; re-trace and re-plan", position=j)
+                "graph: the forward pass changed (re-trace and re-plan), or a function the "
+                "trace did not see runs between the forward and the backward pass (compute "
+                "metrics such as F.accuracy after backward(), or under "
+                "chainer.no_backprop_mode())", position=j)
         exp = self._in_sig[j]
         if (name != self._names[j] or len(in_data) != len(exp)
                 or any(a.shape != s or a.dtype != d for a, (s, d) in zip(in_data, exp))):
@@ -300,11 +376,14 @@ class RecomputeHook(chainer.FunctionHook):
             self._ext[j] = {p: a for p, a in enumerate(in_data)
                             if self._args[j][p][0] != "node"}
             self._cfg[j] = _ci.capture_config()
+            if self._restore_paths[j]:
+                self._pre[j] = [_effects.capture(function, p, self._types)
+                                for p in self._restore_paths[j]]
         self._pos = j + 1
         self._pending = j
 
     def forward_postprocess(self, function, in_data):
-        if self._phase != "forward":
+        if self._phase not in ("forward", "done"):
             return
         self._depth -= 1
 
@@ -359,6 +438,9 @@ class RecomputeHook(chainer.FunctionHook):
     def backward_preprocess(self, function, in_data, out_grad):
         if self._phase == "idle":
             return
+        if self._phase == "done":
+            self._check_after_step(function)
+            return
         if self._phase == "forward":
             if self._pos != self._n:
                 raise StrategyMismatchError(
@@ -389,6 +471,22 @@ class RecomputeHook(chainer.FunctionHook):
             return
         self._current = None
         self._run_own_events(recompute=False)
+        if self._cursor == len(self._plan):
+            self._finish_step()
+
+    def _check_after_step(self, function):
+        """A backward call after the step ended: a second backward pass over the step's graph
+        (its functions that lost what they read raise then), or a backward over functions
+        applied outside a step."""
+        if getattr(function, "_chainer_ext_step_done", False):
+            return
+        raise StrategyMismatchError(
+            f"Chainer ran the backward of {type(function).__name__}, applied after the previous "
+            f"step ended but not as part of a new step (a step starts with "
+            f"{_fmt_sig(self._names[0], self._in_sig[0])}, function 0 of the strategy's "
+            "graph): either the forward pass changed (re-trace and re-plan), or a backward "
+            "pass over functions applied after a step runs inside the `with` block (run it "
+            "outside)")
 
     # -- the hook's own events --------------------------------------------------------------------
 
@@ -400,13 +498,16 @@ class RecomputeHook(chainer.FunctionHook):
             retained = list(retained)
         for k in ks:
             freed.append(self._held.pop((v, k), None))
+            self._spent |= self._readers.get((v, k), set())
             node = f.outputs[k]()
             if node is not None:
                 # a consumer retained it for its backward: a recomputation must put it back
                 self._had[v, k] = _ci.node_data(node) is not None
                 _ci.set_node_data(node, None)
                 var = node.get_variable_or_none()
-                if var is not None:
+                # in backward, a Variable still alive is the caller's (the forward's locals are
+                # gone): it keeps its array, as in a plain run (logits read for accuracy)
+                if var is not None and self._phase != "backward":
                     _ci.set_var_array(var, None)
             if retained is not None and k in self._ret_out[v]:
                 retained[self._ret_out[v].index(k)] = None
@@ -422,6 +523,8 @@ class RecomputeHook(chainer.FunctionHook):
 
     def _free_state(self, v):
         f = self._funcs[v]
+        if self._state[v]:
+            self._spent.add(v)
         nbytes = _nbytes(getattr(f, a, None) for a in self._state[v])
         for a in self._state[v]:
             setattr(f, a, None)
@@ -440,6 +543,8 @@ class RecomputeHook(chainer.FunctionHook):
         ys = self._run_forward(v, f, tuple(xs))
         state = forward_state(f, before, {id(a) for a in xs} | {id(y) for y in ys},
                               self._types)
+        if self._facts[v].stochastic:  # its state is kept: what it makes again replaces it
+            state = [a for a in state if a not in self._state[v]]
         del xs
         for k, y in enumerate(ys):
             self._held[v, k] = y
@@ -449,20 +554,19 @@ class RecomputeHook(chainer.FunctionHook):
         self._log["recomputed"].append(v)
 
     def _run_forward(self, v, f, xs):
-        saved = [(a, getattr(f, a)) for a in _ci.side_effect_attrs(f)]
+        """Run the forward of node `v` again: under its configuration, with what its first forward
+        changed besides its outputs set back for the duration (running statistics, counters,
+        NumPy's random state: the draws are replayed and the side effect is not repeated)."""
+        paths = self._restore_paths[v]
         with contextlib.ExitStack() as st:
             for key, val in zip(_ci.CONFIG_KEYS, self._cfg[v]):
                 if val is not None:
                     st.enter_context(chainer.using_config(key, val))
             st.enter_context(chainer.using_config("in_recomputing", True))
             st.enter_context(chainer.using_device(chainer.backend.get_device_from_array(*xs)))
-            try:
-                for a, _ in saved:
-                    setattr(f, a, None)
-                ys = f.forward(xs)
-            finally:
-                for a, val in saved:
-                    setattr(f, a, val)
+            if paths:
+                st.enter_context(_effects.swapped(f, paths, self._pre.pop(v), self._types))
+            ys = f.forward(xs)
         return ys
 
     def _restore(self, v, ys):
@@ -502,6 +606,20 @@ class RecomputeHook(chainer.FunctionHook):
                     for k, y in enumerate(ys):
                         self._held[u, k] = y
                     self._restore(u, ys)
+
+
+_OWNERS_LOCK = threading.Lock()
+
+
+def _spent_backward(v, name):
+    """A ``backward`` for function `v` whose retained arrays or state the hook freed."""
+    def backward(*args, **kwargs):
+        raise HookUsageError(
+            f"a second backward pass over a step run under RecomputeHook: function {v} "
+            f"({name}) no longer has the arrays its backward reads (the hook freed them after "
+            "the first backward pass, as the plan does); run the forward pass again before "
+            "each backward pass, or sum the losses and call backward once")
+    return backward
 
 
 def LivenessHook(graph, *, name=None, record=False):

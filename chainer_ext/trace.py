@@ -24,6 +24,7 @@ import lowerset
 
 from . import _backend
 from . import _chainer_internals as _ci
+from . import _effects
 from ._probe import MemoryProbe
 from .exceptions import TraceError
 
@@ -129,7 +130,8 @@ def output_arrays(func):
 class _Record:
     """What the trace hook learns about one function application."""
 
-    __slots__ = ("func", "before", "in_roots", "saved", "times", "state", "skip", "level",
+    __slots__ = ("func", "before", "in_roots", "snap", "cupy_calls", "restore", "pre", "pin",
+                 "stochastic", "changed_inputs", "times", "state", "skip", "level",
                  "forward_peak", "out_specs", "out_views", "out_refs", "freed_after",
                  "backward_peak", "got_grad", "_wrapped")
 
@@ -149,6 +151,8 @@ class _TraceHook(chainer.FunctionHook):
         self._backward = False
         self._gy_roots = {}        # id(root) -> (weakref, consumer position, output index)
         self._types = _backend.array_types()
+        self.cupy_watch = _effects.CupyRandomWatch()
+        self.numpy_rng = _effects.NumpyRngState()
 
     # -- forward ----------------------------------------------------------------------------------
 
@@ -164,9 +168,11 @@ class _TraceHook(chainer.FunctionHook):
         self._started += 1
         r.before = array_attr_ids(function, self._types)
         r.in_roots = [weakref.ref(_backend.root_buffer(a)) for a in in_data]
-        # copies of arrays the function holds before forward (BN running statistics), restored
-        # after tracing so that tracing leaves persistent values unchanged
-        r.saved = [(v, v.copy()) for v in vars(function).values() if isinstance(v, self._types)]
+        self.cupy_watch.watch(in_data)
+        # what the forward may change besides its outputs (see _effects); what it changed is
+        # undone after tracing, so that tracing leaves the model as it was
+        r.snap = _effects.Snapshot(function, in_data, self._types, self.numpy_rng)
+        r.cupy_calls = self.cupy_watch.calls
         r.times, r.state, r.got_grad = [], [], None
         r.backward_peak = 0
         r._wrapped = _capture_outputs(function)
@@ -199,16 +205,76 @@ class _TraceHook(chainer.FunctionHook):
         self.pos[id(function)] = j
         r.freed_after = [-1] * len(outs)
         r.out_refs = [weakref.ref(y, self._on_free(r, k)) for k, y in enumerate(outs)]
-        del outs, roots
         if self.profile:
             _backend.synchronize(in_data)
             r.times.append(time.perf_counter() - self._t0)
-            with chainer.using_device(chainer.backend.get_device_from_array(*in_data)):
-                for _ in range(self.repeats - 1):
-                    t0 = time.perf_counter()
-                    function.forward(in_data)
-                    _backend.synchronize(in_data)
-                    r.times.append(time.perf_counter() - t0)
+        self._check_effects(r, function, in_data, outs)
+        del outs, roots
+        if self.profile:
+            for _ in range(self.repeats - 1):
+                t0 = time.perf_counter()
+                self._rerun(r, function, in_data, r.restore, clear_state=False)
+                _backend.synchronize(in_data)
+                r.times.append(time.perf_counter() - t0)
+
+    def _check_effects(self, r, function, in_data, outs):
+        """Set ``r.restore`` (what a recomputation must set back, see _effects), ``r.pin`` (why
+        the function must not be recomputed, or None) and ``r.stochastic`` (it reuses the random
+        draws its forward-made state holds)."""
+        r.pin = None
+        paths, pin = r.snap.changes(function, in_data)
+        r.changed_inputs = r.snap.changed_inputs
+        drew_numpy = _effects.GLOBAL_RNG in paths
+        drew_cupy = self.cupy_watch.calls > r.cupy_calls
+        r.stochastic = False
+        r.pre = {p: r.snap.pre(p) for p in paths}
+        if pin is None and (drew_numpy or drew_cupy):
+            # a second forward with the forward-made state kept: does it reuse the draws?
+            others = [p for p in paths if p != _effects.GLOBAL_RNG]
+            ys, drew, rebound = self._rerun(r, function, in_data, others, clear_state=False)
+            reuses = not drew and _same_arrays(ys, outs)
+            if reuses and not rebound:
+                r.stochastic, paths = True, others
+            elif drew_numpy and not drew_cupy and _same_arrays(
+                    self._rerun(r, function, in_data, paths, clear_state=True)[0], outs):
+                pass  # replay: the state dropped, NumPy's random state set back
+            elif reuses:
+                # it makes part of its state again from the part it reuses (Gaussian's noise
+                # from its eps): a recomputation replaces those arrays
+                r.stochastic, paths = True, others
+            elif drew_cupy:
+                pin = ("its forward draws from CuPy's random generator, whose state cannot be "
+                       "saved, and a second forward does not reuse what the first drew")
+            else:
+                pin = ("its forward is not reproducible: a second forward from NumPy's random "
+                       "state before the first gives other outputs")
+        r.restore, r.pin, r.snap = paths, pin, None
+
+    def _rerun(self, r, function, in_data, paths, clear_state):
+        """Run `function`'s forward again with `paths` set to their values before its first
+        forward (and its forward-made state set to None if `clear_state`); put everything back
+        afterwards. Return the outputs, whether the forward drew from a global generator (not
+        counting NumPy's when it is among `paths`) and whether it rebound a state attribute."""
+        if r.pin is not None and r.changed_inputs:
+            in_data = tuple(a.copy() for a in in_data)  # it writes to its inputs
+        kept = {k: getattr(function, k) for k, _ in r.state}
+        np_fp, np_state = self.numpy_rng.now()
+        calls = self.cupy_watch.calls
+        try:
+            if clear_state:
+                for k in kept:
+                    setattr(function, k, None)
+            with _effects.swapped(function, paths, [r.pre[p] for p in paths], self._types), \
+                    chainer.using_device(chainer.backend.get_device_from_array(*in_data)):
+                ys = function.forward(in_data)
+                drew = (self.cupy_watch.calls > calls
+                        or not _effects.same_data(_effects.numpy_rng_fingerprint(), np_fp))
+            rebound = any(getattr(function, k) is not v for k, v in kept.items())
+        finally:
+            for k, v in kept.items():
+                setattr(function, k, v)
+            np.random.set_state(np_state)
+        return ys, drew, rebound
 
     def _on_free(self, r, k):
         def freed(_ref):
@@ -253,9 +319,22 @@ class _TraceHook(chainer.FunctionHook):
             r.backward_peak = max(0, self.probe.peak() - r.level)
 
     def close(self):
+        self.cupy_watch.close()
         if self.probe is not None:
             self.probe.__exit__(None, None, None)
             self.probe = None
+
+    def undo_effects(self):
+        """Set back what the traced forward changed besides its outputs (latest first)."""
+        for r in reversed(self.records):
+            for p in reversed(getattr(r, "restore", None) or ()):
+                _effects.put(r.func, p, r.pre[p])
+            for a, before in getattr(r, "changed_inputs", None) or ():
+                a[...] = before
+
+
+def _same_arrays(ys, outs):
+    return len(ys) == len(outs) and all(_effects.same_bits(y, o) for y, o in zip(ys, outs))
 
 
 def _capture_outputs(function):
@@ -279,9 +358,17 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
 
     The forward pass runs once under a recording hook; then the backward pass runs once from
     the returned Variables (seeded with ones, as ``loss.backward()`` does for a scalar), so that
-    Chainer's backward order and gradients are recorded too. Parameters' gradients, persistent
-    values updated in forward (BatchNormalization running statistics) and NumPy's global random
-    state are restored afterwards; CuPy's random state is not.
+    Chainer's backward order and gradients are recorded too. Parameters' gradients, what each
+    forward changed besides its outputs (running statistics, counters on links, private random
+    generators, inputs written in place) and NumPy's global random state are restored
+    afterwards; CuPy's random state is not.
+
+    Each function's side effects are found here (see ``chainer_ext._effects``): what its
+    forward changed that a recomputation must set back goes to ``attrs[v]["restore"]``; a
+    function that drew random numbers and reuses its kept draws on a second forward is
+    ``NodeFacts.stochastic``; one whose change cannot be set back (an input or a list changed
+    in place), or whose draws cannot be replayed, is ``NodeFacts.pinned`` with the reason in
+    ``attrs[v]["pinned"]``.
 
     Parameters
     ----------
@@ -361,9 +448,7 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
         if saved_grads is not None:
             for var, grad in saved_grads:
                 var.grad = grad
-        for r in hook.records:
-            for arr, copy in getattr(r, "saved", ()) or ():
-                arr[...] = copy
+        hook.undo_effects()
         np.random.set_state(rng_state)
 
 
@@ -438,9 +523,12 @@ def _build(hook, results, cost_model, time_unit, count_state):
                           reads_args=_ci.retained_input_indexes(f),
                           reads_outputs=_ci.retained_output_indexes(f),
                           output_views=tuple(r.out_views), forward_peak=int(r.forward_peak),
-                          backward_peak=int(r.backward_peak),
-                          stochastic=name in _ci.STOCHASTIC_FUNCTIONS,
-                          plain_free_after=tuple(r.freed_after)))
+                          backward_peak=int(r.backward_peak), stochastic=r.stochastic,
+                          pinned=r.pin is not None, plain_free_after=tuple(r.freed_after)))
+        if r.pin is not None:
+            attrs[j]["pinned"] = f"{name}: {r.pin}"
+        elif r.restore:
+            attrs[j]["restore"] = [list(p) for p in r.restore]
     out_labels, returned = [], []
     for v in results:
         c = v.creator_node
