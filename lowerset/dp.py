@@ -294,8 +294,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         :class:`SearchLimitError` is raised within a few milliseconds.
     overhead_bound : int, optional
         Time-centric mode: an overhead (cost units) that some strategy within `budget` is known
-        to reach (for instance the optimum at a smaller budget). The search then drops the
-        states above it in one pass; the result is the same, found faster.
+        to reach (for instance the optimum at a smaller budget). The iterative deepening on
+        the overhead cap then stops at it; the result is the same, found faster.
 
     Returns
     -------
@@ -355,16 +355,20 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     T = G.total_cost()
     # Time-centric: iterative deepening on an overhead cap (exact, see dp_fronts); the fronts,
     # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
-    tcap = T if maximize else min(T, _FIRST_TCAP)
+    # an overhead some strategy is known to reach ends the deepening there
+    cap_max = T
     if overhead_bound is not None and not maximize:
-        tcap = min(T, max(0, int(overhead_bound)))
+        cap_max = min(T, max(0, int(overhead_bound)))
+    tcap = T if maximize else min(cap_max, _FIRST_TCAP)
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
                                                                deadline, tcap)
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
-        tcap = min(T, 4 * tcap)
+        if tcap >= cap_max:  # the bound was not reached after all: deepen to T
+            cap_max = T
+        tcap = min(cap_max, 4 * tcap)
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")

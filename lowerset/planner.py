@@ -40,10 +40,11 @@ MODELS = ("executor", "paper")
 LADDER_SIZE = 12
 
 #: Bisection steps of :func:`solve` on the eq. (2) budget, each a time-centric DP call; the
-#: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power. The exact family gets
-#: EXACT_BISECTION_STEPS (half as many above 5,000 lower sets).
+#: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power. The exact family's
+#: search takes EXACT_BISECTION_STEPS, descending by DESCENT per step until a plan fits.
 BISECTION_STEPS = 8
 EXACT_BISECTION_STEPS = 4
+DESCENT = 0.85
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
@@ -304,11 +305,15 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
 
 
 def _bisect(G, budget, method, max_lower_sets, deadline):
-    """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`:
-    a geometric bisection over the pruned family, then (``method="exact"``) a shorter one over
-    all lower sets between the exact minimal budget and the first approximate budget that did
-    not fit. Each exact DP call is bounded by the approximate plan's overhead at the same eq. (2)
-    budget (a plan of the exact family too), which makes it one pass."""
+    """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`.
+
+    First a geometric bisection over the pruned family between its minimal budget and the
+    eq. (2) peak of [V]. Then, with ``method="exact"``, a search over all lower sets that starts
+    at the largest eq. (2) budget whose approximate plan fit (the exact plan there recomputes
+    no more and usually peaks close to it): up from there when the exact plan fits, else down
+    by :data:`DESCENT` per step until one fits, then by bisection. Each exact DP call is bounded
+    by the approximate plan's overhead at the same eq. (2) budget (a plan of the exact family
+    too), which makes it one pass."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
     found, ok, bad = _bisect_family(G, budget, "approx", lo, hi, BISECTION_STEPS,
@@ -316,46 +321,55 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     if method == "exact":
         lo_e = dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
                              time_limit=deadline.left())
-        steps = EXACT_BISECTION_STEPS
-        if count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS:
-            steps = max(1, steps // 2)
-        more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad), steps,
-                                    max_lower_sets, deadline)
+        more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad),
+                                    EXACT_BISECTION_STEPS, max_lower_sets, deadline,
+                                    start=ok if ok is not None else lo_e)
         found += more
     return found
 
 
-def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline):
-    """Geometric bisection of the eq. (2) budget in [lo, hi] for the time-centric DP of
-    `family`; return (plans that fit `budget`, last eq. (2) budget that fit or None, first
-    that did not)."""
-    def plan(b):
-        bound = None
-        if family == "exact":  # the approximate plan at b is a plan of the exact family
-            try:
-                bound = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
-            except InfeasibleBudgetError:
-                pass   # b is below the pruned family's minimal budget
-        cache = G.__dict__.setdefault("_paper_cache", {})
-        key = (family, "time", b, max_lower_sets)
-        if key not in cache:
-            cache[key] = dp.solve(G, b, mode="time", method=family,
-                                  max_lower_sets=max_lower_sets, time_limit=deadline.left(),
-                                  overhead_bound=bound)
-        return cache[key]
+def _paper_time(G, family, b, max_lower_sets, deadline):
+    """The paper's time-centric DP of `family` at eq. (2) budget `b`, cached per graph."""
+    bound = None
+    if family == "exact":  # the approximate plan at b is a plan of the exact family
+        try:
+            bound = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
+        except InfeasibleBudgetError:
+            pass   # b is below the pruned family's minimal budget
+    cache = G.__dict__.setdefault("_paper_cache", {})
+    key = (family, "time", b, max_lower_sets)
+    if key not in cache:
+        cache[key] = dp.solve(G, b, mode="time", method=family, max_lower_sets=max_lower_sets,
+                              time_limit=deadline.left(), overhead_bound=bound)
+    return cache[key]
 
+
+def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, start=None):
+    """Search the eq. (2) budget in [lo, hi] of the time-centric DP of `family` for the largest
+    one whose plan's schedule fits `budget` (bytes), in at most ``steps + 1`` DP calls.
+
+    The first probe is at `start` (default `lo`). Until a plan fits, each next probe is
+    :data:`DESCENT` times the last, or below the last plan's eq. (2) peak if that is lower (not
+    below `lo`); after that, the geometric midpoint of the
+    last budget that fit and the first that did not. Returns (plans that fit, last eq. (2)
+    budget that fit or None, first that did not)."""
     found, ok, bad = [], None, hi
+    b = lo if start is None else min(max(start, lo), hi)
     for _ in range(steps + 1):
-        b = lo if ok is None and not found and bad == hi else int(math.sqrt(max(ok or lo, 1)
-                                                                            * bad))
-        if ok is not None and (b <= ok or b >= bad):
-            break
-        s = plan(b)
+        s = _paper_time(G, family, b, max_lower_sets, deadline)
         if s.schedule.peak <= budget:
             found.append(s)
             ok = b
         else:
             bad = b
-            if ok is None and b == lo:
+        if ok is None:
+            if b <= lo:
+                break
+            # every eq. (2) budget from the plan's own eq. (2) peak up to b gives a plan of the
+            # same overhead: the next probe is below it
+            b = max(lo, min(int(b * DESCENT), s.peak_memory - 1))
+        else:
+            b = int(math.sqrt(ok * bad))
+            if b <= ok or b >= bad:
                 break
     return found, ok, bad

@@ -21,12 +21,18 @@ def _peak(s):
 @given(st.data())
 def test_budget_property(data):
     g = data.draw(st.one_of(graphs_with_facts(max_nodes=7), dags(max_nodes=7)), label="graph")
+    pool_least = ls.pareto(g, "approx")[-1]
+    # min_peak solves at the pool's least peak: the plan it finds (no more overhead, the same
+    # peak) joins the cached front
+    least = ls.min_peak(g, "approx")
+    assert _peak(least) == _peak(pool_least)
+    assert least.schedule.recompute_cost <= pool_least.schedule.recompute_cost
     front = ls.pareto(g, "approx")
+    assert least is front[-1]
     # the front: overhead increasing, peak decreasing
     assert all(a.schedule.recompute_cost < b.schedule.recompute_cost and _peak(a) > _peak(b)
                for a, b in zip(front, front[1:]))
     lo = _peak(front[-1])
-    assert ls.min_peak(g, "approx") is front[-1]
     # the least peak is at most that of [V] (no recomputation) and of Chen's sqrt(n)
     assert lo <= ls.schedule(ls.CanonicalStrategy(g, [set(g.labels)])).peak
     assert lo <= ls.baselines.chen_sqrtn(g).schedule.peak
