@@ -484,11 +484,23 @@ def _run_backward(results):
     chainer.backward(seeds)
 
 
+def _external_key(node, var, held):
+    """What identifies an external array: the array object, so that one array passed to
+    several functions (a label array given to two losses, each wrapping it in its own Variable)
+    is one external; the node when its array is gone. `held` keeps the arrays alive while keys
+    are made, so that no id is reused."""
+    arr = var.array if var is not None else node.data
+    if arr is None:
+        return "node", id(node)
+    held.append(arr)
+    return "array", id(arr)
+
+
 def _build(hook, results, cost_model, time_unit, count_state):
     records = hook.records
     pos = hook.pos
     nodes, edges, cost, memory, attrs, facts = [], [], {}, {}, {}, []
-    externals, ext_index = [], {}
+    externals, ext_index, held = [], {}, []
     for j, r in enumerate(records):
         f = r.func
         args, fargs = [], []
@@ -503,11 +515,12 @@ def _build(hook, results, cost_model, time_unit, count_state):
             else:
                 var = node.get_variable_or_none()
                 kind = "param" if isinstance(var, chainer.Parameter) else "input"
-                if id(node) not in ext_index:
-                    ext_index[id(node)] = len(externals)
+                key = _external_key(node, var, held)
+                if key not in ext_index:
+                    ext_index[key] = len(externals)
                     externals.append((kind, _nbytes(node.shape, node.dtype)))
                 args.append([kind, list(node.shape), str(node.dtype)])
-                fargs.append((~ext_index[id(node)], 0))
+                fargs.append((~ext_index[key], 0))
         out_bytes = [_nbytes(s, d) for s, d in r.out_specs]
         state_bytes = sum(b for _, b in r.state)
         name = type(f).__name__

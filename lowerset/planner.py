@@ -13,8 +13,9 @@ Chen's sqrt(n), and the paper's DP at a ladder of eq. (2) budgets from its minim
 eq. (2) peak of [V], in both modes: the time-centric DP gives the fine partitions and the
 memory-centric one the coarse partitions that liveness analysis favours (the "trial and error"
 of Sec. 4.4, done with the schedule). :func:`solve` takes the least overhead on that front within
-the budget, then searches the time-centric DP's eq. (2) budget by bisection for the largest one
-whose plan still fits the device budget (its overhead decreases as the eq. (2) budget grows).
+the budget, then searches the time-centric DP's eq. (2) budget for the largest one whose plan
+still fits the device budget (its overhead decreases as the eq. (2) budget grows): a bisection
+over the pruned family, then (exact) a descent from its answer over all lower sets.
 These are searches, not an optimum over all lower-set sequences.
 """
 

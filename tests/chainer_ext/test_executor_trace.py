@@ -4,6 +4,7 @@ import pytest
 
 chainer = pytest.importorskip("chainer")
 
+import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -159,6 +160,25 @@ def test_two_summed_losses():
     assert len(_by_function(g, "SoftmaxCrossEntropy")) == 2
     assert len(g.outputs) == 1
     assert sorted(g.facts.backward_order) == list(g.labels)
+
+
+def test_one_array_given_to_two_functions_is_one_external():
+    # Chainer wraps a raw array in a new Variable at each call: the label array of two losses
+    # is one external input of its own bytes, and the resident bytes count it once
+    x = np.random.rand(4, 3).astype(np.float32)
+    t = np.array([0, 2, 1, 0], np.int32)
+    W = chainer.Parameter(np.random.rand(5, 3).astype(np.float32))
+
+    def loss():
+        h = F.linear(x, W)
+        return F.softmax_cross_entropy(h[:, :3], t) + F.softmax_cross_entropy(h[:, 2:], t)
+
+    g = trace(loss)
+    assert sorted(g.facts.externals) == sorted([("input", x.nbytes), ("param", W.array.nbytes),
+                                                ("input", t.nbytes)])
+    assert g.facts.resident == x.nbytes + t.nbytes + W.array.nbytes
+    losses = _by_function(g, "SoftmaxCrossEntropy")
+    assert len({g.facts.nodes[g.index[v]].args[1] for v in losses}) == 1
 
 
 def test_preset_cost_rule():
