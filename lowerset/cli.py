@@ -172,7 +172,8 @@ def _read_plan(path):
 @contextlib.contextmanager
 def progress(desc, enabled=True, stream=None):
     """Show an elapsed-time tqdm bar on `stream` (stderr) while the block runs, only on a
-    terminal and only after half a second; elsewhere do nothing (tqdm is not imported).
+    terminal and only after half a second, where tqdm is installed (the ``cli`` extra);
+    elsewhere do nothing (tqdm is not imported).
 
     Parameters
     ----------
@@ -185,7 +186,11 @@ def progress(desc, enabled=True, stream=None):
     if not (enabled and hasattr(stream, "isatty") and stream.isatty()):
         yield None
         return
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:  # the cli extra is not installed: no bar
+        yield None
+        return
 
     bar = tqdm(total=None, desc=desc, file=stream, delay=0.5, leave=False, unit="s",
                bar_format="{desc}: {elapsed}")
@@ -413,6 +418,12 @@ def main(argv=None, out=None):
     except (CommandError, LowersetError) as e:
         msg = " ".join(str(e).split())  # one line
         sys.stderr.write(f"lowerset {a.command}: error: {msg}\n")
+        return EXIT_ERROR
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib":
+            raise
+        sys.stderr.write(f"lowerset {a.command}: error: drawing needs matplotlib: "
+                         "pip install 'lowerset[plot]'\n")
         return EXIT_ERROR
     except OSError as e:
         sys.stderr.write(f"lowerset {a.command}: error: {e.filename or ''}: "
