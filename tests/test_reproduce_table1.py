@@ -69,3 +69,20 @@ def test_timeout_cell(tmp_path, monkeypatch):
            "rows": [{"strategy": "exact-mc", "label": "ExactDP+MC", "planner_s": 0.01,
                      "note": "timeout"}]}
     assert "| timeout | timeout |" in rt.markdown_table([res])
+
+
+@pytest.mark.parametrize("ours, others, ok", [
+    ((100, 99), (100, 120), True),      # min peak at the lowest other
+    ((100, None), (99.6, 130), True),   # within 0.5 %
+    ((100, 101), (99.0, 130), False),   # 1 % above the lowest other
+    ((None, None), (99, 130), None),    # not measured
+])
+def test_whole_step_check(ours, others, ok):
+    rows = [{"strategy": k, "total_peak": v} for k, v in zip(("approx-mp", "exact-mp"), ours)
+            if v is not None]
+    rows += [{"strategy": k, "total_peak": v} for k, v in zip(("vanilla", "chen"), others)]
+    rows.append({"strategy": "exact-tc"})  # timed out: no peak
+    c = rt.check_whole_step({"network": "n", "rows": rows})
+    assert c["ok"] is ok
+    if ok is not None:
+        assert c["ours"] == min(v for v in ours if v is not None) and c["others"] == others[0]
