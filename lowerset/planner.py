@@ -38,7 +38,7 @@ MODELS = ("executor", "paper")
 
 #: Eq. (2) budgets at which the paper's memory-centric DP adds candidates to the pool (the
 #: time-centric DP: half as many).
-LADDER_SIZE = 12
+LADDER_SIZE = 24
 
 #: Bisection steps of :func:`solve` on the eq. (2) budget, each a time-centric DP call; the
 #: ratio of the interval's ends shrinks to its 2**-BISECTION_STEPS power. The exact family's
