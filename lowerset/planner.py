@@ -24,8 +24,7 @@ import time
 
 from . import dp
 from .baselines import chen_sqrtn
-from .exceptions import (ArgumentError, InfeasibleBudgetError,
-                         SearchLimitError)
+from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
 from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
@@ -312,9 +311,10 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     eq. (2) peak of [V]. Then, with ``method="exact"``, a search over all lower sets that starts
     at the largest eq. (2) budget whose approximate plan fit (the exact plan there recomputes
     no more and usually peaks close to it): up from there when the exact plan fits, else down
-    by :data:`DESCENT` per step until one fits, then by bisection. Each exact DP call is bounded
-    by the approximate plan's overhead at the same eq. (2) budget (a plan of the exact family
-    too), which makes it one pass."""
+    (by at least :data:`DESCENT` per step, below each failing plan's own eq. (2) peak) until one
+    fits, then by bisection. Each exact DP call is bounded by the approximate plan's overhead at
+    the same eq. (2) budget (a plan of the exact family too), which ends its iterative deepening
+    there."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
     found, ok, bad = _bisect_family(G, budget, "approx", lo, hi, BISECTION_STEPS,
