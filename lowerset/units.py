@@ -6,10 +6,10 @@ bytes.
 """
 
 import decimal
-import math
 import numbers
 import re
 
+from ._validate import check_budget
 from .exceptions import ArgumentError, ArgumentTypeError
 
 __all__ = ["parse_size", "format_size", "UNITS"]
@@ -65,12 +65,7 @@ def parse_size(text):
         if value < 0:
             raise ArgumentError(f"a size must be >= 0 bytes, got {text!r}")
         return int(value)
-    value = float(text)
-    if value != value or math.isinf(value):
-        raise ArgumentError(f"a size must be finite, got {text!r}")
-    if value < 0:
-        raise ArgumentError(f"a size must be >= 0 bytes, got {text!r}")
-    return int(math.floor(value))
+    return check_budget(text, "a size")
 
 
 def format_size(nbytes, binary=False):
