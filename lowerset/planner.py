@@ -110,13 +110,15 @@ def _pool(G, method, max_lower_sets, deadline):
     return out
 
 
-def _paper(G, method, mode, budget, max_lower_sets, deadline):
-    """The paper's DP at one eq. (2) budget, cached per graph."""
+def _paper(G, method, mode, budget, max_lower_sets, deadline, overhead_bound=None):
+    """The paper's DP at one eq. (2) budget, cached per graph (`overhead_bound`, see
+    :func:`dp.solve`, speeds a call up without changing its result)."""
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = (method, mode, budget, max_lower_sets)
     if key not in cache:
         cache[key] = dp.solve(G, budget, mode=mode, method=method,
-                              max_lower_sets=max_lower_sets, time_limit=deadline.left())
+                              max_lower_sets=max_lower_sets, time_limit=deadline.left(),
+                              overhead_bound=overhead_bound)
     return cache[key]
 
 
@@ -337,12 +339,7 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
             bound = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
         except InfeasibleBudgetError:
             pass   # b is below the pruned family's minimal budget
-    cache = G.__dict__.setdefault("_paper_cache", {})
-    key = (family, "time", b, max_lower_sets)
-    if key not in cache:
-        cache[key] = dp.solve(G, b, mode="time", method=family, max_lower_sets=max_lower_sets,
-                              time_limit=deadline.left(), overhead_bound=bound)
-    return cache[key]
+    return _paper(G, family, "time", b, max_lower_sets, deadline, overhead_bound=bound)
 
 
 def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, start=None):
