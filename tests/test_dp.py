@@ -28,14 +28,20 @@ from strategies import dags, examples, wide_dags
 # of L in ∂(L2) is already in ∂(L) ⊆ U). For fixed (L, t) a smaller m is never worse.
 
 
-def _naive_model(g, family=None):
-    T = {v: int(g.cost[g.index[v]]) for v in g.labels}
-    M = {v: int(g.memory[g.index[v]]) for v in g.labels}
+def _adjacency(g):
+    """Successor and predecessor sets by label, from the edge list (not the CSR arrays)."""
     succ = {v: set() for v in g.labels}
     pred = {v: set() for v in g.labels}
     for v, w in g.edges:
         succ[v].add(w)
         pred[w].add(v)
+    return succ, pred
+
+
+def _naive_model(g, family=None):
+    T = {v: int(g.cost[g.index[v]]) for v in g.labels}
+    M = {v: int(g.memory[g.index[v]]) for v in g.labels}
+    succ, pred = _adjacency(g)
     fam = sorted(subset_lower_sets(g) if family is None else family, key=len)
     steps = {}
     for L2 in fam[1:]:
@@ -98,11 +104,7 @@ def _note(msg):
 def profile_by_definition(g, seq):
     """M(1), ..., M(k) of eq. (2) for a sequence, from the definitions with Python sets."""
     M = {v: int(g.memory[g.index[v]]) for v in g.labels}
-    succ = {v: set() for v in g.labels}
-    pred = {v: set() for v in g.labels}
-    for v, w in g.edges:
-        succ[v].add(w)
-        pred[w].add(v)
+    succ, pred = _adjacency(g)
     prev, U, out = frozenset(), set(), []
     for L in seq:
         after = {w for v in L for w in succ[v]} - L               # δ+(L) ∖ L
