@@ -448,8 +448,14 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         tmin = INF
         tmax = -1
         work += class_start[b]
+        # eq. (2) needs 2 M(L_b ∖ L_a) + extra[b] on top of the cached bytes, whose least value
+        # in a front is its last entry: a set a that fails this bound is skipped before the
+        # subset test
+        room = budget - 2 * tot_m[b] - extra[b]
         for a in range(class_start[b]):
             if fend[a] == fstart[a]:
+                continue
+            if fm[fend[a] - 1] - 2 * tot_m[a] > room:
                 continue
             if not _is_strict_subset(sets, a, b, n_words):
                 continue
@@ -577,8 +583,13 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     while b < hi and work < work_budget:
         c = 0
         work += class_start[b]
+        # a transition reaches at least m + need, whose least value in a front is at its first
+        # entry (cached bytes increase along it): a set a above `upper` that way is skipped
+        room = upper - 2 * tot_m[b] - extra[b]
         for a in range(class_start[b]):
             if fend[a] == fstart[a]:
+                continue
+            if fm[fstart[a]] - 2 * tot_m[a] > room:
                 continue
             if not _is_strict_subset(sets, a, b, n_words):
                 continue
