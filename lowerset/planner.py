@@ -103,11 +103,17 @@ def _pool(G, method, max_lower_sets, deadline):
         if large:  # the memory-centric plan at the minimal budget; solve bisects the rest
             add(_paper(G, fam, "memory", lo, max_lower_sets, deadline))
             continue
-        for i, b in enumerate(budgets):
+        for b in budgets:
             add(_paper(G, fam, "memory", b, max_lower_sets, deadline))
-            if i % 2 == 0 or i == len(budgets) - 1:
-                add(_paper(G, fam, "time", b, max_lower_sets, deadline))
+        for b in _time_ladder(budgets):
+            add(_paper(G, fam, "time", b, max_lower_sets, deadline))
     return out
+
+
+def _time_ladder(budgets):
+    """The eq. (2) budgets of the memory-centric ladder at which the time-centric DP runs:
+    every other one, and the last."""
+    return [b for i, b in enumerate(budgets) if i % 2 == 0 or i == len(budgets) - 1]
 
 
 def _paper(G, method, mode, budget, max_lower_sets, deadline, overhead_bound=None):
@@ -319,8 +325,11 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     there."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
-    found, ok, bad = _bisect_family(G, budget, "approx", lo, hi, BISECTION_STEPS,
-                                    max_lower_sets, deadline)
+    found, ok, bad = _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline)
+    if ok is not None:
+        more, ok, bad = _bisect_family(G, budget, "approx", ok, bad, BISECTION_STEPS,
+                                       max_lower_sets, deadline)
+        found += more
     if method == "exact":
         lo_e = dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
                              time_limit=deadline.left())
@@ -329,6 +338,24 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
                                     start=ok if ok is not None else lo_e)
         found += more
     return found
+
+
+def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
+    """The pruned family's time-centric plans at the pool's ladder of eq. (2) budgets (cached:
+    :func:`pareto` made them). Whether a plan fits `budget` is not monotone in its eq. (2)
+    budget (the plan at the minimal one often peaks above plans at larger ones), so the whole
+    ladder is tried. Returns (plans that fit, the largest ladder budget that fit or None, the
+    next ladder budget above it, or `hi`)."""
+    budgets = _time_ladder(_ladder(lo, max(lo, hi), LADDER_SIZE))
+    found, ok, bad = [], None, hi
+    for b in budgets:
+        s = _paper_time(G, "approx", b, max_lower_sets, deadline)
+        if s.schedule.peak <= budget:
+            found.append(s)
+            ok, bad = b, hi
+        elif ok is not None and bad == hi:
+            bad = b
+    return found, ok, bad
 
 
 def _paper_time(G, family, b, max_lower_sets, deadline):
