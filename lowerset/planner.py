@@ -14,8 +14,9 @@ eq. (2) peak of [V], in both modes: the time-centric DP gives the fine partition
 memory-centric one the coarse partitions that liveness analysis favours (the "trial and error"
 of Sec. 4.4, done with the schedule). :func:`solve` takes the least overhead on that front within
 the budget, then searches the time-centric DP's eq. (2) budget for the largest one whose plan
-still fits the device budget (its overhead decreases as the eq. (2) budget grows): a bisection
-over the pruned family, then (exact) a descent from its answer over all lower sets.
+still fits the device budget (its overhead decreases as the eq. (2) budget grows): the ladder
+and a bisection above its largest fitting budget over the pruned family, then (exact) a descent
+from that answer over all lower sets.
 These are searches, not an optimum over all lower-set sequences.
 """
 
@@ -315,8 +316,9 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
 def _bisect(G, budget, method, max_lower_sets, deadline):
     """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`.
 
-    First a geometric bisection over the pruned family between its minimal budget and the
-    eq. (2) peak of [V]. Then, with ``method="exact"``, a search over all lower sets that starts
+    First the pruned family's plans at the pool's ladder (:func:`_scan_ladder`), then a
+    geometric bisection between the largest ladder budget whose plan fits and the next one.
+    Then, with ``method="exact"``, a search over all lower sets that starts
     at the largest eq. (2) budget whose approximate plan fit (the exact plan there recomputes
     no more and usually peaks close to it): up from there when the exact plan fits, else down
     (by at least :data:`DESCENT` per step, below each failing plan's own eq. (2) peak) until one
