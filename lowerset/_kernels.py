@@ -457,6 +457,11 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
                 continue
             if fm[fend[a] - 1] - 2 * tot_m[a] > room:
                 continue
+            # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
+            # entry (a skipped set counts as capped: the deepening goes on)
+            if not maximize and ft[fstart[a]] + tot_t[b] - tot_t[a] - bnd_t[b] > tcap:
+                capped += 1
+                continue
             if not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
