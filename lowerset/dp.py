@@ -96,12 +96,13 @@ def _drive(fam, deadline, step, what, entry_cap):
 
 
 def _trace_back(G, fam, fpa, fpe, entry):
-    chain = []
+    """The lower sets (bool masks, shape (n,)) of the sequence ending at front `entry` of V."""
+    path = []
     a, e = fam.sets.shape[0] - 1, entry
     while a > 0:
-        chain.append(mask_of_bits(fam.sets[a], G.n))
+        path.append(a)
         a, e = fpa[e], fpe[e]
-    return chain[::-1]
+    return list(mask_of_bits(fam.sets[path[::-1]], G.n))
 
 
 def _new_fronts(fam):
@@ -260,8 +261,8 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     best, chain = _min_budget(G, method, max_lower_sets, deadline)
     if not return_strategy:
         return best
-    strat = CanonicalStrategy(G, chain, method=method, mode="min_budget", budget=best,
-                              planner_seconds=deadline.elapsed())
+    strat = CanonicalStrategy.from_family(G, chain, method=method, mode="min_budget",
+                                          budget=best, planner_seconds=deadline.elapsed())
     if strat.peak_memory != best:  # pragma: no cover - kernel and eq. (2) disagree
         raise LowersetError(f"internal error: DP peak {best} != eq. (2) peak {strat.peak_memory}")
     return best, strat
@@ -375,8 +376,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
     chain = _trace_back(G, fam, fpa, fpe, e)
-    strat = CanonicalStrategy(G, chain, method=method, mode=mode, budget=budget,
-                              planner_seconds=deadline.elapsed())
+    strat = CanonicalStrategy.from_family(G, chain, method=method, mode=mode, budget=budget,
+                                          planner_seconds=deadline.elapsed())
     if strat.overhead != ft[e] or strat.peak_memory > budget:  # pragma: no cover
         raise LowersetError(
             f"internal error: DP overhead {ft[e]} vs eq. (1) {strat.overhead}, "

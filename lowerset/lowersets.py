@@ -51,9 +51,12 @@ def bits_of_mask(mask):
 
 
 def mask_of_bits(bits, n):
-    """Unpack a uint64 bitset, shape (W,), into a bool mask, shape (n,)."""
-    raw = np.ascontiguousarray(bits, dtype="<u8").view(np.uint8)
-    return np.unpackbits(raw.reshape(-1, 1), axis=1)[:, ::-1].reshape(-1)[:n].astype(bool)
+    """Unpack a uint64 bitset, shape (W,), into a bool mask, shape (n,); or bitsets, shape
+    (k, W), into masks, shape (k, n)."""
+    bits = np.ascontiguousarray(bits, dtype="<u8")
+    raw = bits.view(np.uint8).reshape(bits.shape[:-1] + (-1, 1))
+    bools = np.unpackbits(raw, axis=-1)[..., ::-1]
+    return bools.reshape(bits.shape[:-1] + (-1,))[..., :n].astype(bool)
 
 
 @requires_graph

@@ -23,6 +23,8 @@ These are searches, not an optimum over all lower-set sequences.
 import math
 import time
 
+import numpy as np
+
 from . import dp
 from .baselines import chen_sqrtn
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
@@ -86,7 +88,7 @@ def _pool(G, method, max_lower_sets, deadline):
     seen, out = set(), []
 
     def add(s):
-        key = tuple(tuple(m.nonzero()[0]) for m in s._masks)
+        key = np.packbits(s._masks).tobytes()
         if key not in seen:
             seen.add(key)
             out.append(s)

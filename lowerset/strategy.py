@@ -117,6 +117,19 @@ class CanonicalStrategy:
         if not masks[-1].all():
             missing = graph.nodes_of(~masks[-1])
             raise StrategyError(f"the last lower set must be V; it misses {sorted(map(repr, missing))[:5]}")
+        self._set(masks, method, mode, budget, planner_seconds)
+
+    @classmethod
+    def from_family(cls, graph, masks, **meta):
+        """A strategy from the planner's own lower sets (bool masks, shape (n,), strictly
+        increasing lower sets ending at V), without checking them again; `meta`: `method`,
+        `mode`, `budget`, `planner_seconds` as in the constructor."""
+        self = cls.__new__(cls)
+        self.graph = graph
+        self._set(masks, **meta)
+        return self
+
+    def _set(self, masks, method=None, mode=None, budget=None, planner_seconds=None):
         self._masks = masks
         self.method = method
         self.mode = mode
@@ -125,36 +138,37 @@ class CanonicalStrategy:
         self._evaluate()
 
     def _evaluate(self):
+        """Eq. (1) and eq. (2) of every segment at once: row i of each (k, n) or (k, #E) bool
+        array is lower set L_i."""
         g = self.graph
         T, M = g.cost, g.memory
         src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))  # edge (src[j], dst[j])
         dst = g.succ_idx
-        U = np.zeros(g.n, dtype=bool)
-        prev = np.zeros(g.n, dtype=bool)
-        self._segment_masks, self._cached_masks = [], []
-        profile, overhead = [], 0
-        for L in self._masks:
-            Vi = L & ~prev
-            leaving = L[src] & ~L[dst]            # edges from L to V∖L
-            bnd = np.zeros(g.n, dtype=bool)       # ∂(L) = δ−(V∖L) ∩ L
-            bnd[src[leaving]] = True
-            succ_out = np.zeros(g.n, dtype=bool)  # δ+(L) ∖ L
-            succ_out[dst[leaving]] = True
-            pred_of = np.zeros(g.n, dtype=bool)   # δ−(δ+(L)) ∖ L
-            into = succ_out[dst] & ~L[src]
-            pred_of[src[into]] = True
-            Mi = (int(M[U].sum()) + 2 * int(M[Vi].sum()) + int(M[succ_out].sum())
-                  + int(M[pred_of].sum()))
-            profile.append(Mi)
-            overhead += int(T[Vi & ~bnd].sum())
-            U |= bnd
-            self._segment_masks.append(Vi)
-            self._cached_masks.append(bnd)
-            prev = L
-        self.memory_profile = profile
-        self.peak_memory = max(profile)
-        self.overhead = overhead
-        self._recomputed_mask = ~U
+        L = np.array(self._masks, dtype=bool).reshape(len(self._masks), g.n)
+        prev = np.zeros_like(L)
+        prev[1:] = L[:-1]
+        Vi = L & ~prev
+        leaving = L[:, src] & ~L[:, dst]       # edges from L_i to V∖L_i
+        rows, cols = np.nonzero(leaving)
+        bnd = np.zeros_like(L)                 # ∂(L_i) = δ−(V∖L_i) ∩ L_i
+        bnd[rows, src[cols]] = True
+        succ_out = np.zeros_like(L)            # δ+(L_i) ∖ L_i
+        succ_out[rows, dst[cols]] = True
+        rows, cols = np.nonzero(succ_out[:, dst] & ~L[:, src])
+        pred_of = np.zeros_like(L)             # δ−(δ+(L_i)) ∖ L_i
+        pred_of[rows, src[cols]] = True
+        cached_before = np.zeros_like(L)       # U before segment i: ∂(L_1) ∪ ... ∪ ∂(L_{i-1})
+        cached_before[1:] = np.logical_or.accumulate(bnd, axis=0)[:-1]
+
+        def nbytes(mask):
+            return np.where(mask, M, 0).sum(axis=1)
+
+        profile = nbytes(cached_before) + 2 * nbytes(Vi) + nbytes(succ_out) + nbytes(pred_of)
+        self.memory_profile = [int(x) for x in profile]
+        self.peak_memory = max(self.memory_profile)
+        self.overhead = int(np.where(Vi & ~bnd, T, 0).sum())
+        self._segment_masks, self._cached_masks = list(Vi), list(bnd)
+        self._recomputed_mask = ~(cached_before[-1] | bnd[-1])
 
     @cached_property
     def lower_sets(self):
