@@ -89,11 +89,17 @@ class BoundaryRecorder:
         params = [p for p in params if p.array is not None]
         self._nodes = [p.node for p in params]  # held: their ids key _param_bytes
         self._param_bytes = {id(p.node): int(p.array.nbytes) for p in params}
+        self._counted = dict.fromkeys(self._param_bytes, False)
         self.start()
 
     def start(self):
-        """Take the baseline (the bytes in use now) and forget earlier samples."""
-        self._pending = set(self._param_bytes)  # made before the baseline; it only shrinks
+        """Take the baseline (the bytes in use now) and forget earlier samples.
+
+        It allocates nothing that outlives the call (it only resets values), so calling it
+        once tracing has started adds no bytes to a peak.
+        """
+        for k in self._counted:
+            self._counted[k] = False
         self.peak = self.peak_without_grads = self.samples = 0
         self.grad_bytes = 0
         self.base = self._read()
@@ -103,8 +109,8 @@ class BoundaryRecorder:
         whose backward has just run) as existing from now on."""
         for node in function.inputs:
             k = id(node)
-            if k in self._pending:
-                self._pending.discard(k)
+            if self._counted.get(k) is False:
+                self._counted[k] = True
                 self.grad_bytes += self._param_bytes[k]
 
     def sample(self):
@@ -133,7 +139,8 @@ class BoundarySampler(chainer.FunctionHook):
         Hook name, unique among the registered hooks.
     last : bool
         Whether the sampler is meant to run after every other global hook; it then collects in
-        :attr:`later_hooks` the names of the hooks registered after it, seen at its samples.
+        :attr:`later_hooks` the names of the hooks registered after it, seen at its samples
+        (while more hooks are registered than when it was entered).
     """
 
     def __init__(self, recorder, name="BoundarySampler", last=False):
@@ -146,17 +153,22 @@ class BoundarySampler(chainer.FunctionHook):
     def __enter__(self):
         self._fdepth = self._bdepth = 0
         self.later_hooks = []
-        return super().__enter__()
+        out = super().__enter__()
+        self._n_hooks = len(chainer.get_function_hooks())
+        return out
 
     def _sample(self):
-        if self.last:
-            hooks = chainer.get_function_hooks()
-            if next(reversed(hooks)) != self.name:
-                names = list(hooks)
-                for n in names[names.index(self.name) + 1:]:
-                    if n not in self.later_hooks:
-                        self.later_hooks.append(n)
+        # len() allocates nothing; a traced allocation per sample would add to the peak
+        if self.last and len(chainer.get_function_hooks()) > self._n_hooks:
+            self._note_later_hooks()
         self.recorder.sample()
+
+    def _note_later_hooks(self):
+        names = list(chainer.get_function_hooks())
+        if self.name in names:
+            for n in names[names.index(self.name) + 1:]:
+                if n not in self.later_hooks:
+                    self.later_hooks.append(n)
 
     def forward_preprocess(self, function, in_data):
         if not (self._fdepth or self._bdepth):
@@ -183,7 +195,9 @@ class BoundarySampler(chainer.FunctionHook):
 @contextlib.contextmanager
 def sampling(recorder, hooks=()):
     """Register `hooks` between two samplers of `recorder`, so each callback is sampled on both
-    sides of the hooks' work; take the baseline on entry.
+    sides of the hooks' work. The caller takes the baseline (``recorder.start()``) once the
+    memory is traced: :func:`chainer_ext.peak_memory` starts tracing after this registration,
+    so the bytes of the samplers and of the hooks' ``__enter__`` are not the step's.
 
     Parameters
     ----------
@@ -204,7 +218,6 @@ def sampling(recorder, hooks=()):
         If a hook of the same name is already registered (Chainer's rule).
     """
     with contextlib.ExitStack() as stack:
-        recorder.start()
         stack.enter_context(BoundarySampler(recorder, "BoundarySamplerBefore"))
         for h in hooks:
             stack.enter_context(h)

@@ -11,6 +11,7 @@ boundaries (``_boundary.py``), and the figures of the README's Table 1
 (:meth:`MemoryReport.table1_columns`).
 """
 
+import contextlib
 import dataclasses
 import sys
 import tracemalloc
@@ -148,6 +149,23 @@ class PeakMemoryHook(chainer.FunctionHook):
         self._cupy_hook = None
 
     def __enter__(self):
+        self.start()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            self.stop(*exc)
+        finally:
+            super().__exit__(*exc)
+
+    def start(self):
+        """Start measuring without registering the hook (``__enter__`` does both).
+
+        Raises
+        ------
+        RuntimeError
+            If tracemalloc is already tracing.
+        """
         if self.device == "cpu":
             if tracemalloc.is_tracing():
                 raise RuntimeError("tracemalloc is already tracing; stop it before measuring")
@@ -156,18 +174,15 @@ class PeakMemoryHook(chainer.FunctionHook):
         else:  # pragma: no cover - GPU
             self._cupy_hook = _CupyPeakHook()
             self._cupy_hook.__enter__()
-        return super().__enter__()
 
-    def __exit__(self, *exc):
-        try:
-            if self.device == "cpu":
-                self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
-                tracemalloc.stop()
-            else:  # pragma: no cover - GPU
-                self._cupy_hook.__exit__(*exc)
-                self._peak = self._cupy_hook.peak - self._cupy_hook.base
-        finally:
-            super().__exit__(*exc)
+    def stop(self, *exc):
+        """Stop measuring (`exc`: the exception triple of ``__exit__``, if any)."""
+        if self.device == "cpu":
+            self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
+            tracemalloc.stop()
+        else:  # pragma: no cover - GPU
+            self._cupy_hook.__exit__(*(exc or (None, None, None)))
+            self._peak = self._cupy_hook.peak - self._cupy_hook.base
 
     def total_peak(self):
         """Peak bytes above the baseline at ``__enter__`` (int)."""
@@ -217,13 +232,28 @@ def _hooks_of(hooks):
     return hooks
 
 
+@contextlib.contextmanager
+def _measuring(meter):
+    """Measure with `meter` (a PeakMemoryHook) without registering it as a function hook."""
+    meter.start()
+    try:
+        yield meter
+    except BaseException as e:
+        meter.stop(type(e), e, e.__traceback__)
+        raise
+    else:
+        meter.stop()
+
+
 def peak_memory(fn, *, params=None, device=None, hooks=()):
     """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart
     and the boundary peak (the figures of the README's Table 1).
 
-    Both peaks count from what is allocated when the call starts, so arrays made before it
+    Both peaks count from what is allocated when `fn` starts, so arrays made before it
     (parameters, the input batch) are not in them; :meth:`MemoryReport.table1_columns` adds
-    them back. The boundary peak is sampled by two function hooks registered around `hooks`:
+    them back. Measuring starts after `hooks` are registered (what their ``__enter__``
+    allocates is not counted). The boundary peak is sampled by two function hooks registered
+    around `hooks`:
     pass a ``RecomputeHook`` (or any hook that frees or allocates in its callbacks) here rather
     than entering it inside `fn` or before the call, so every boundary is sampled both before
     and after its work. A hook registered elsewhere still runs, and its name is in
@@ -271,16 +301,17 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
         device = "gpu" if any(_backend.is_cupy_array(p.array) for p in ps) else "cpu"
     before = {id(p): (None if p.grad is None else id(p.grad)) for p in ps}
     earlier = tuple(chainer.get_function_hooks())
-    hook = PeakMemoryHook(device)
+    meter = PeakMemoryHook(device)
     recorder = _boundary.BoundaryRecorder(device, ps)
-    with hook, _boundary.sampling(recorder, hooks) as last_sampler:
+    with _boundary.sampling(recorder, hooks) as last_sampler, _measuring(meter):
+        recorder.start()
         fn()
         if device == "gpu":  # pragma: no cover - GPU
             _backend.synchronize()
     grads = [p.grad for p in ps if p.grad is not None]
     new = sum(int(p.grad.nbytes) for p in ps
               if p.grad is not None and before[id(p)] != id(p.grad))
-    return MemoryReport(device=device, peak=hook.total_peak(),
+    return MemoryReport(device=device, peak=meter.total_peak(),
                         param_bytes=sum(int(p.array.nbytes) for p in ps if p.array is not None),
                         param_grad_bytes=sum(int(g.nbytes) for g in grads),
                         new_grad_bytes=int(new), boundary_peak=int(recorder.peak),
