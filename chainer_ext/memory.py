@@ -44,7 +44,7 @@ class MemoryReport:
         ``peak - new_grad_bytes``: the peak of everything else (activations, their gradients,
         work space); a lower bound when gradients are created after the peak.
     boundary_peak : int
-        Highest bytes in use at a function boundary above what was in use when the call
+        Highest bytes in use at a function boundary above what was in use when `fn`
         started: sampled in the pre- and post-process callbacks of forward and backward of
         every outermost function application, before and after the work of the hooks passed
         to :func:`peak_memory`. It leaves out the temporaries that live inside one function
@@ -253,11 +253,10 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
     (parameters, the input batch) are not in them; :meth:`MemoryReport.table1_columns` adds
     them back. Measuring starts after `hooks` are registered (what their ``__enter__``
     allocates is not counted). The boundary peak is sampled by two function hooks registered
-    around `hooks`:
-    pass a ``RecomputeHook`` (or any hook that frees or allocates in its callbacks) here rather
-    than entering it inside `fn` or before the call, so every boundary is sampled both before
-    and after its work. A hook registered elsewhere still runs, and its name is in
-    ``MemoryReport.unwrapped_hooks``.
+    around `hooks`: pass a ``RecomputeHook`` (or any hook that frees or allocates in its
+    callbacks) here rather than entering it inside `fn` or before the call, so every boundary
+    is sampled both before and after its work. A hook registered elsewhere still runs, and its
+    name is in ``MemoryReport.unwrapped_hooks``.
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """peak_memory's boundary peak (the README's Table 1 columns) on nets whose bytes add up by hand.
 
-Every array below is a multiple of S = 1 MiB; what else tracemalloc counts (Variables,
-FunctionNodes, tuples: a few kilobytes per function) stays under TOL. Each step runs once
-before it is measured, so lazy imports and caches of a first call are not counted.
+The arrays are S = 1 MiB each (the convolution's image: 256 KiB); what else tracemalloc counts
+(Variables, FunctionNodes, tuples: a few kilobytes per function) stays under TOL. Each step runs
+once before it is measured, so lazy imports and caches of a first call are not counted.
 """
 
 import pytest
