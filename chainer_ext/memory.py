@@ -5,8 +5,13 @@ Numbers are measured, not estimated. On CPU, NumPy reports its buffers to :mod:`
 figure also includes the Python objects created during the call (graph nodes, Variables: a few
 kilobytes per function, small next to the arrays). On GPU, the peak is the largest
 ``MemoryPool.used_bytes()`` seen after any allocation of CuPy's default pool.
+
+:func:`peak_memory` also reports the *boundary peak*, the highest memory in use at function
+boundaries (``_boundary.py``), and the figures of the README's Table 1
+(:meth:`MemoryReport.table1_columns`).
 """
 
+import contextlib
 import dataclasses
 import sys
 import tracemalloc
@@ -14,7 +19,7 @@ import tracemalloc
 import chainer
 import numpy as np
 
-from . import _backend
+from . import _backend, _boundary
 
 __all__ = ["peak_memory", "PeakMemoryHook", "MemoryReport"]
 
@@ -38,6 +43,23 @@ class MemoryReport:
     peak_without_grads : int
         ``peak - new_grad_bytes``: the peak of everything else (activations, their gradients,
         work space); a lower bound when gradients are created after the peak.
+    boundary_peak : int
+        Highest bytes in use at a function boundary above what was in use when `fn`
+        started: sampled in the pre- and post-process callbacks of forward and backward of
+        every outermost function application, before and after the work of the hooks passed
+        to :func:`peak_memory`. It leaves out the temporaries that live inside one function
+        (im2col buffers), so ``boundary_peak <= peak``; 0 when no function ran.
+    boundary_peak_without_grads : int
+        Highest ``bytes in use - bytes of the given parameters' gradients computed so far`` at
+        those samples (a parameter's gradient counts from the end of the backward of the first
+        function that reads the parameter).
+    boundary_samples : int
+        Number of boundary samples taken.
+    unwrapped_hooks : tuple of str
+        Names of the global function hooks that ran during the call outside the two boundary
+        samplers: registered before the call, or inside `fn` (seen at a sample). The boundary
+        figures see their work from one side only; empty when every hook is passed as
+        ``hooks=``.
     """
 
     device: str
@@ -45,6 +67,10 @@ class MemoryReport:
     param_bytes: int = 0
     param_grad_bytes: int = 0
     new_grad_bytes: int = 0
+    boundary_peak: int = 0
+    boundary_peak_without_grads: int = 0
+    boundary_samples: int = 0
+    unwrapped_hooks: tuple = ()
 
     @property
     def peak_without_grads(self):
@@ -55,6 +81,29 @@ class MemoryReport:
         d = dataclasses.asdict(self)
         d["peak_without_grads"] = self.peak_without_grads
         return d
+
+    def table1_columns(self, input_bytes=0):
+        """The four peaks of the README's Table 1, in bytes.
+
+        Parameters
+        ----------
+        input_bytes : int
+            Bytes of the step's inputs allocated before the call (the batch ``x`` and ``t``).
+
+        Returns
+        -------
+        dict
+            ``total_peak`` (Peak: ``peak + param_bytes + input_bytes``), ``nonparam_peak``
+            (Non-param peak: ``peak - param_grad_bytes + input_bytes``, a lower bound of the
+            non-parameter bytes at the peak when the parameters have no gradient when the call
+            starts, as after ``model.cleargrads()``), ``total_boundary_peak`` (Boundary peak:
+            ``boundary_peak + param_bytes + input_bytes``) and ``nonparam_boundary_peak``
+            (Non-param boundary: ``boundary_peak_without_grads + input_bytes``).
+        """
+        return {"total_peak": self.peak + self.param_bytes + input_bytes,
+                "nonparam_peak": self.peak - self.param_grad_bytes + input_bytes,
+                "total_boundary_peak": self.boundary_peak + self.param_bytes + input_bytes,
+                "nonparam_boundary_peak": self.boundary_peak_without_grads + input_bytes}
 
 
 class PeakMemoryHook(chainer.FunctionHook):
@@ -100,6 +149,23 @@ class PeakMemoryHook(chainer.FunctionHook):
         self._cupy_hook = None
 
     def __enter__(self):
+        self.start()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            self.stop(*exc)
+        finally:
+            super().__exit__(*exc)
+
+    def start(self):
+        """Start measuring without registering the hook (``__enter__`` does both).
+
+        Raises
+        ------
+        RuntimeError
+            If tracemalloc is already tracing.
+        """
         if self.device == "cpu":
             if tracemalloc.is_tracing():
                 raise RuntimeError("tracemalloc is already tracing; stop it before measuring")
@@ -108,18 +174,15 @@ class PeakMemoryHook(chainer.FunctionHook):
         else:  # pragma: no cover - GPU
             self._cupy_hook = _CupyPeakHook()
             self._cupy_hook.__enter__()
-        return super().__enter__()
 
-    def __exit__(self, *exc):
-        try:
-            if self.device == "cpu":
-                self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
-                tracemalloc.stop()
-            else:  # pragma: no cover - GPU
-                self._cupy_hook.__exit__(*exc)
-                self._peak = self._cupy_hook.peak - self._cupy_hook.base
-        finally:
-            super().__exit__(*exc)
+    def stop(self, *exc):
+        """Stop measuring (`exc`: the exception triple of ``__exit__``, if any)."""
+        if self.device == "cpu":
+            self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
+            tracemalloc.stop()
+        else:  # pragma: no cover - GPU
+            self._cupy_hook.__exit__(*(exc or (None, None, None)))
+            self._peak = self._cupy_hook.peak - self._cupy_hook.base
 
     def total_peak(self):
         """Peak bytes above the baseline at ``__enter__`` (int)."""
@@ -155,8 +218,45 @@ def _params_of(params):
     return list(params)
 
 
-def peak_memory(fn, *, params=None, device=None):
-    """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart.
+def _hooks_of(hooks):
+    """`hooks` (one chainer.FunctionHook or an iterable of them) as a list; TypeError else."""
+    if isinstance(hooks, chainer.FunctionHook):
+        return [hooks]
+    try:
+        hooks = list(hooks)
+    except TypeError:
+        hooks = [hooks]
+    for h in hooks:
+        if not isinstance(h, chainer.FunctionHook):
+            raise TypeError(f"hooks must be chainer.FunctionHook objects, got {type(h).__name__}")
+    return hooks
+
+
+@contextlib.contextmanager
+def _measuring(meter):
+    """Measure with `meter` (a PeakMemoryHook) without registering it as a function hook."""
+    meter.start()
+    try:
+        yield meter
+    except BaseException as e:
+        meter.stop(type(e), e, e.__traceback__)
+        raise
+    else:
+        meter.stop()
+
+
+def peak_memory(fn, *, params=None, device=None, hooks=()):
+    """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart
+    and the boundary peak (the figures of the README's Table 1).
+
+    Both peaks count from what is allocated when `fn` starts, so arrays made before it
+    (parameters, the input batch) are not in them; :meth:`MemoryReport.table1_columns` adds
+    them back. Measuring starts after `hooks` are registered (what their ``__enter__``
+    allocates is not counted). The boundary peak is sampled by two function hooks registered
+    around `hooks`: pass a ``RecomputeHook`` (or any hook that frees or allocates in its
+    callbacks) here rather than entering it inside `fn` or before the call, so every boundary
+    is sampled both before and after its work. A hook registered elsewhere still runs, and its
+    name is in ``MemoryReport.unwrapped_hooks``.
 
     Parameters
     ----------
@@ -166,6 +266,9 @@ def peak_memory(fn, *, params=None, device=None):
         Parameters whose bytes (and gradient bytes) are reported apart.
     device : {"cpu", "gpu"}, optional
         Default: "gpu" if a parameter lives on a GPU, else "cpu".
+    hooks : chainer.FunctionHook or sequence of them, optional
+        Registered (in order) for the call of `fn`, between the boundary samplers, and exited
+        after it in reverse order.
 
     Returns
     -------
@@ -177,28 +280,43 @@ def peak_memory(fn, *, params=None, device=None):
         As :class:`PeakMemoryHook`.
     ValueError
         If `device` is invalid.
+    TypeError
+        If `hooks` holds something that is not a ``chainer.FunctionHook``.
+    KeyError
+        If a hook in `hooks` has the name of a hook already registered (Chainer's rule).
 
     Examples
     --------
     >>> peak_memory(lambda: np.zeros(1 << 20)).peak >= 8 << 20
     True
+    >>> w = chainer.Parameter(np.ones(1 << 18, np.float32))           # 1 MiB
+    >>> r = peak_memory(lambda: chainer.functions.sum(w * 2.0).backward(), params=[w])
+    >>> (1 << 20) <= r.boundary_peak <= r.peak                        # w's gradient
+    True
     """
     ps = _params_of(params)
+    hooks = _hooks_of(hooks)
     if device is None:
         device = "gpu" if any(_backend.is_cupy_array(p.array) for p in ps) else "cpu"
     before = {id(p): (None if p.grad is None else id(p.grad)) for p in ps}
-    hook = PeakMemoryHook(device)
-    with hook:
+    earlier = tuple(chainer.get_function_hooks())
+    meter = PeakMemoryHook(device)
+    recorder = _boundary.BoundaryRecorder(device, ps)
+    with _boundary.sampling(recorder, hooks) as last_sampler, _measuring(meter):
+        recorder.start()
         fn()
         if device == "gpu":  # pragma: no cover - GPU
             _backend.synchronize()
     grads = [p.grad for p in ps if p.grad is not None]
     new = sum(int(p.grad.nbytes) for p in ps
               if p.grad is not None and before[id(p)] != id(p.grad))
-    return MemoryReport(device=device, peak=hook.total_peak(),
+    return MemoryReport(device=device, peak=meter.total_peak(),
                         param_bytes=sum(int(p.array.nbytes) for p in ps if p.array is not None),
                         param_grad_bytes=sum(int(g.nbytes) for g in grads),
-                        new_grad_bytes=int(new))
+                        new_grad_bytes=int(new), boundary_peak=int(recorder.peak),
+                        boundary_peak_without_grads=int(recorder.peak_without_grads),
+                        boundary_samples=recorder.samples,
+                        unwrapped_hooks=earlier + tuple(last_sampler.later_hooks))
 
 
 _ = np  # numpy is used in doctests

@@ -15,9 +15,9 @@ Beside each measured peak, "Predicted" is the schedule's whole-step peak
 (``lowerset.schedule(plan).peak``: parameters, inputs, activations, gradients and workspace).
 
 Each strategy gets one warm-up iteration, ``--repeat`` timed iterations (without memory tracing,
-which slows Python down; the median is reported) and one iteration measured under
-``chainer_ext.peak_memory`` and the boundary sampler of ``examples/_measure.py``. Four peaks are
-reported, all including the input batch:
+which slows Python down; the median is reported) and one iteration measured by
+``chainer_ext.peak_memory`` with the strategy's hook passed as ``hooks=``. Four peaks are
+reported (``MemoryReport.table1_columns``), all including the input batch:
 
 - *peak*: the highest memory in use, parameters included (the paper's figure);
 - *non-param peak*: peak minus parameters and all their gradients (a lower bound of the
@@ -78,7 +78,6 @@ import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
 from examples._machine import machine_info, machine_line  # noqa: E402
-from examples._measure import BoundaryRecorder, boundary_sampling  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
 
 GiB = 2 ** 30
@@ -181,16 +180,14 @@ def _synchronize(device):
         cupy.cuda.get_current_stream().synchronize()
 
 
-def make_step(net, model, x, t, hooks_fn):
-    """Return ``step()``: one training iteration under the hooks ``hooks_fn()`` returns.
-
-    ``hooks_fn()`` is called at each step and returns a context manager that registers the
-    hooks (the forward and the backward run inside it).
-    """
+def make_step(net, model, x, t, hook=None):
+    """Return ``step()``: one training iteration, under `hook` (a context manager that registers
+    a function hook, entered around the forward and the backward) when it is not None."""
     def step():
         model.cleargrads()
         np.random.seed(0)  # the same Dropout masks for every strategy
-        with chainer.using_config("train", True), hooks_fn():
+        with chainer.using_config("train", True), \
+                (contextlib.nullcontext() if hook is None else hook):
             loss = net.loss(model, x, t)
             loss.backward()
     return step
@@ -209,12 +206,11 @@ def measure(net, model, x, t, strategy, device, repeat):
     dict
         ``time_s`` (median), ``times_s``, ``peak`` (bytes above the start of the iteration),
         ``param_grad_bytes``, ``boundary_peak``, ``boundary_peak_nonparam`` (bytes above the
-        start), ``samples`` and, with a strategy, ``recomputed`` (values recomputed).
+        start), ``samples``, the four columns of ``MemoryReport.table1_columns`` (bytes, input
+        batch included) and, with a strategy, ``recomputed`` (values recomputed).
     """
     hook = None if strategy is None else RecomputeHook(strategy)
-    hooks = [] if hook is None else [hook]
-    plain = make_step(net, model, x, t,
-                      lambda: contextlib.nullcontext() if hook is None else hook)
+    plain = make_step(net, model, x, t, hook)
     plain()  # warm-up
     times = []
     for _ in range(repeat):
@@ -224,13 +220,15 @@ def measure(net, model, x, t, strategy, device, repeat):
         plain()
         _synchronize(device)
         times.append(time.perf_counter() - t0)
-    recorder = BoundaryRecorder(device, list(model.params()))
-    sampled = make_step(net, model, x, t, lambda: boundary_sampling(recorder, hooks))
+    model.cleargrads()  # on GPU the pool's baseline then holds no gradient of the last step
     gc.collect()
-    rep = peak_memory(sampled, params=model, device=device)
+    rep = peak_memory(make_step(net, model, x, t), params=model, device=device,
+                      hooks=[] if hook is None else [hook])
     out = {"time_s": statistics.median(times), "times_s": times, "peak": rep.peak,
-           "param_grad_bytes": rep.param_grad_bytes, "boundary_peak": recorder.peak,
-           "boundary_peak_nonparam": recorder.peak_nonparam, "samples": recorder.samples}
+           "param_grad_bytes": rep.param_grad_bytes, "boundary_peak": rep.boundary_peak,
+           "boundary_peak_nonparam": rep.boundary_peak_without_grads,
+           "samples": rep.boundary_samples,
+           **rep.table1_columns(input_bytes=int(x.nbytes) + int(t.nbytes))}
     if hook is not None:
         out["recomputed"] = len(hook.last_iteration["recomputed"])
     return out
@@ -286,12 +284,7 @@ def run_network(name, batch, size, keys, device, repeat, time_limit, progress):
         if note is None:
             row["predicted_peak"] = int(sched.peak)
         if note is None:
-            m = measure(net, model, x, t, s, device, repeat)
-            row.update(m)
-            row["total_peak"] = m["peak"] + params + inputs
-            row["nonparam_peak"] = m["peak"] - m["param_grad_bytes"] + inputs
-            row["total_boundary_peak"] = m["boundary_peak"] + params + inputs
-            row["nonparam_boundary_peak"] = m["boundary_peak_nonparam"] + inputs
+            row.update(measure(net, model, x, t, s, device, repeat))
         result["rows"].append(row)
         progress.update(1)
     add_reductions(result)
