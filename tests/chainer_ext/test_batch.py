@@ -37,6 +37,10 @@ def resnet():
 
 
 LIMIT = 6_000_000
+# Two measurements of one step differ by the Python objects tracemalloc sees (a few KB); one
+# sample of the batch adds hundreds of KB (0.58 MB to the plain step), so this slack cannot
+# hide an answer off by one.
+NOISE = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +126,14 @@ class TestMaxBatchSizeCPU:
         assert r.device == "cpu" and r.confirmed and r.memory_limit == limit
         assert (r.strategy is None) == (planner is None)
         ours = measured_whole_step(model, loss_fn, r.batch_size, r.strategy, resident)
-        assert ours <= limit and r.measured_peak <= limit
+        assert r.measured_peak <= limit and ours <= limit + NOISE
         assert abs(ours - r.measured_peak) <= 0.02 * limit
         # the next batch with the planner's least-peak plan (the plain step for None) does not
         g = extrapolate(traced, r.batch_size + 1)
         nxt = None if planner is None else (lowerset.baselines.chen_sqrtn(g) if planner == "chen"
                                             else lowerset.min_peak(g, "approx"))
         assert measured_whole_step(model, loss_fn, r.batch_size + 1, nxt,
-                                   g.facts.resident) > limit
+                                   g.facts.resident) > limit - NOISE
         # the prediction is close to the measurement
         assert abs(r.predicted_peak - r.measured_peak) <= 0.05 * r.measured_peak
         assert r.trials[-1].batch_size == r.batch_size + 1 and not r.trials[-1].fits
