@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import sys
 import tracemalloc
+import weakref
 
 import chainer
 import numpy as np
@@ -218,6 +219,24 @@ def _params_of(params):
     return list(params)
 
 
+class _Ref:
+    """A reference to an array that does not keep it alive: a weak reference, or for a type
+    without weak references its ``id`` (which a later array may reuse once this one is
+    freed)."""
+
+    def __init__(self, array):
+        self._id = None if array is None else id(array)
+        try:
+            self._weak = None if array is None else weakref.ref(array)
+        except TypeError:
+            self._weak = None
+
+    def refers_to(self, array):
+        if self._weak is not None:
+            return self._weak() is array
+        return self._id == id(array)
+
+
 def _hooks_of(hooks):
     """`hooks` (one chainer.FunctionHook or an iterable of them) as a list; TypeError else."""
     if isinstance(hooks, chainer.FunctionHook):
@@ -298,7 +317,7 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
     hooks = _hooks_of(hooks)
     if device is None:
         device = "gpu" if any(_backend.is_cupy_array(p.array) for p in ps) else "cpu"
-    before = {id(p): (None if p.grad is None else id(p.grad)) for p in ps}
+    before = {id(p): _Ref(p.grad) for p in ps}
     earlier = tuple(chainer.get_function_hooks())
     meter = PeakMemoryHook(device)
     recorder = _boundary.BoundaryRecorder(device, ps)
@@ -309,7 +328,7 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
             _backend.synchronize()
     grads = [p.grad for p in ps if p.grad is not None]
     new = sum(int(p.grad.nbytes) for p in ps
-              if p.grad is not None and before[id(p)] != id(p.grad))
+              if p.grad is not None and not before[id(p)].refers_to(p.grad))
     return MemoryReport(device=device, peak=meter.total_peak(),
                         param_bytes=sum(int(p.array.nbytes) for p in ps if p.array is not None),
                         param_grad_bytes=sum(int(g.nbytes) for g in grads),

@@ -39,6 +39,20 @@ def test_peak_memory_reports_parameters_apart():
     assert r.summary()["peak_without_grads"] == r.peak - nbytes
 
 
+def test_new_gradient_in_a_freed_one_s_place_counts_as_new():
+    # the step frees each old gradient before making the new one, so CPython may give the new
+    # array the freed one's id; it is still a new gradient
+    p = chainer.Parameter(np.ones(1000, dtype=np.float32))
+    p.grad = np.ones(1000, dtype=np.float32)
+
+    def step():
+        for _ in range(3):
+            p.grad = None
+            p.grad = np.zeros(1000, dtype=np.float32)
+
+    assert peak_memory(step, params=[p]).new_grad_bytes == 4000
+
+
 def test_errors():
     with pytest.raises(ValueError, match="device"):
         PeakMemoryHook("tpu")
