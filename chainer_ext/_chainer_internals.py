@@ -73,6 +73,50 @@ def set_retained_output_data(func, data):
 
 
 def capture_config():
-    """Tuple of the current values of :data:`CONFIG_KEYS` (missing keys give ``None``)."""
+    """``(key, value)`` pairs of the :data:`CONFIG_KEYS` set now (a missing or None entry is left
+    out), for :func:`using_configs`."""
     cfg = chainer.config
-    return tuple(getattr(cfg, k, None) for k in CONFIG_KEYS)
+    return tuple((k, v) for k, v in ((k, getattr(cfg, k, None)) for k in CONFIG_KEYS)
+                 if v is not None)
+
+
+def using_configs(pairs):
+    """Context manager: ``chainer.using_config(key, value)`` for each pair whose entry does not
+    hold that very value already, nested in order, in one ``with``: the block sees the same
+    configuration as under the nested contexts, and a recomputation in a step that runs under
+    the configuration it captured enters none of them but ``in_recomputing``.
+
+    Parameters
+    ----------
+    pairs : sequence of (str, object)
+    """
+    return _Configs(pairs)
+
+
+class _Configs:
+    __slots__ = ("_entered", "_pairs")
+
+    def __init__(self, pairs):
+        self._pairs = pairs
+        self._entered = []
+
+    def __enter__(self):
+        cfg = chainer.config
+        try:
+            for k, v in self._pairs:
+                if getattr(cfg, k, _MISSING) is not v:
+                    c = chainer.using_config(k, v)
+                    c.__enter__()
+                    self._entered.append(c)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        while self._entered:
+            self._entered.pop().__exit__(None, None, None)
+        return False
+
+
+_MISSING = object()
