@@ -39,3 +39,11 @@ def test_using_configs_restores_a_thread_local_value_and_unwinds_on_error():
             raise KeyError("in the block")
         assert _local() == before
         assert chainer.config.train is False
+
+
+def test_config_now_is_what_getattr_returns_for_every_entry():
+    with chainer.using_config("train", False), chainer.using_config("extra_entry", 3):
+        now = _ci.config_now()
+        keys = set(vars(chainer.global_config)) | set(vars(chainer.config._local))
+        assert {k: now[k] for k in keys} == {k: getattr(chainer.config, k) for k in keys}
+        assert now["train"] is False and now["extra_entry"] == 3
