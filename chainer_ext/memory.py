@@ -10,6 +10,7 @@ kilobytes per function, small next to the arrays). On GPU, the peak is the large
 import dataclasses
 import sys
 import tracemalloc
+import weakref
 
 import chainer
 import numpy as np
@@ -155,6 +156,26 @@ def _params_of(params):
     return list(params)
 
 
+def _grad_ref(grad):
+    """What tells afterwards whether a parameter still holds the array `grad`: a weak reference
+    (the id of a freed array is often the id of the next one made, so ids alone would count a
+    new gradient as the old one), or the id for an array type without weak references."""
+    if grad is None:
+        return None
+    try:
+        return weakref.ref(grad)
+    except TypeError:  # pragma: no cover - an array type without weak references
+        return id(grad)
+
+
+def _same_grad(ref, grad):
+    if ref is None:
+        return False
+    if isinstance(ref, int):  # pragma: no cover - see _grad_ref
+        return ref == id(grad)
+    return ref() is grad
+
+
 def peak_memory(fn, *, params=None, device=None):
     """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart.
 
@@ -186,7 +207,7 @@ def peak_memory(fn, *, params=None, device=None):
     ps = _params_of(params)
     if device is None:
         device = "gpu" if any(_backend.is_cupy_array(p.array) for p in ps) else "cpu"
-    before = {id(p): (None if p.grad is None else id(p.grad)) for p in ps}
+    before = {id(p): _grad_ref(p.grad) for p in ps}
     hook = PeakMemoryHook(device)
     with hook:
         fn()
@@ -194,7 +215,7 @@ def peak_memory(fn, *, params=None, device=None):
             _backend.synchronize()
     grads = [p.grad for p in ps if p.grad is not None]
     new = sum(int(p.grad.nbytes) for p in ps
-              if p.grad is not None and before[id(p)] != id(p.grad))
+              if p.grad is not None and not _same_grad(before[id(p)], p.grad))
     return MemoryReport(device=device, peak=hook.total_peak(),
                         param_bytes=sum(int(p.array.nbytes) for p in ps if p.array is not None),
                         param_grad_bytes=sum(int(g.nbytes) for g in grads),

@@ -39,6 +39,20 @@ def test_peak_memory_reports_parameters_apart():
     assert r.summary()["peak_without_grads"] == r.peak - nbytes
 
 
+def test_peak_memory_counts_a_new_gradient_that_reuses_the_old_ones_id():
+    p = chainer.Parameter(np.zeros(1000, np.float32))
+    p.grad = np.ones(1000, np.float32)
+    old = id(p.grad)
+
+    def replace_grad():   # as a step after cleargrads(): the old array is freed first
+        p.grad = None
+        p.grad = np.zeros(1000, np.float32)
+    r = peak_memory(replace_grad, params=[p])
+    assert r.new_grad_bytes == 4000, (id(p.grad) == old)
+    kept = peak_memory(lambda: None, params=[p])
+    assert kept.new_grad_bytes == 0
+
+
 def test_errors():
     with pytest.raises(ValueError, match="device"):
         PeakMemoryHook("tpu")
