@@ -37,3 +37,27 @@ def test_time_row_liveness_only_has_share_zero_and_the_slack_as_bound():
     assert row["share_time"] == row["share_cost"] == 0.0
     assert row["bound"] == pytest.approx(1 + be.SLACK)
     assert row["ratio"] == pytest.approx(1.1) and not row["met"]
+
+
+def test_profile_executor_meter_times_callbacks_and_recomputed_forwards_only():
+    import chainer
+    import lowerset
+    from chainer_ext import RecomputeHook, trace
+    from chainer_ext_nets import assert_same, clone, make, step
+    from examples.profile_executor import Meter, function_classes
+
+    model, x, t, lossfn = make("resnet")
+    with chainer.using_config("train", True):
+        g = trace(lambda: lossfn(model, x, t))
+        classes = function_classes(lossfn(model, x, t))
+    s = lowerset.solve(g, model="paper", mode="memory")
+    assert s.schedule.recomputed
+    saved = {cls: cls.__dict__.get("forward") for cls in classes}
+    ref = step(clone(model), x, t, lossfn)
+    hook, meter = RecomputeHook(s), Meter()
+    meter.wrap_callbacks(hook)
+    with meter.recompute_forwards(classes):
+        got = step(model, x, t, lossfn, hook)
+        assert 0 < meter.forwards < meter.callbacks
+    assert_same(ref, got)
+    assert {cls: cls.__dict__.get("forward") for cls in classes} == saved
