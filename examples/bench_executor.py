@@ -4,20 +4,25 @@ For each network: a plain Chainer step, liveness analysis only (the hook running
 the one-segment strategy [V]: it recomputes nothing and frees each value at its last use), and
 the paper's strategies (``lowerset.solve(..., model="paper")``, exact/approx x time/memory at
 the minimal eq. (2) budget). Steps run round-robin over the configurations, ``--repeats``
-rounds, so that machine drift (another job on the machine) hits all of them alike; a
-configuration's ratio is the median over rounds of its step time over the plain step time of
-the same round. Peak memory is measured in separate runs (tracemalloc slows Python code down),
-and each configuration's loss and parameter gradients are compared bitwise with the plain step's.
+rounds, so that drift (another job on the machine) hits all of them alike; a configuration's
+ratio is the median over rounds of its step time over the plain step time of the same round,
+in wall seconds and in process CPU seconds (``time.process_time``: what the step computes,
+without the time the OS gives to other jobs; with one BLAS thread, the step's own time). Peak
+memory is measured in separate runs (tracemalloc slows Python code down), and each
+configuration's loss and parameter gradients are compared bitwise with the plain step's.
 
 Recomputed share, in time: the forward seconds of the functions the schedule recomputes over
 the forward seconds of all functions, both from a second trace of the same step with
-``cost_model="profile"`` (each function's median forward time, in microseconds). The planned
-share in the paper's cost units (T_v = 10 for a convolution, 1 otherwise) is printed beside it.
+``cost_model="profile"`` (each function's median forward time over 5 runs, in microseconds).
+The planned share in the paper's cost units (T_v = 10 for a convolution, 1 otherwise) is
+printed beside it.
 
 Target: hooked time <= plain time x (1 + recomputed share in time + 0.05); for liveness
-analysis alone (share 0), <= 1.05 x plain. "beyond recomputation" is the ratio minus 1 minus
-the recomputed forward seconds over the plain step time: what the hook costs besides running
-the forwards again (its Python callbacks, and the frees and allocations it moves).
+analysis alone (share 0), <= 1.05 x plain. "beyond recomputation" is the CPU ratio minus 1
+minus the recomputed forward seconds over the plain step's CPU seconds: what the hook costs
+besides running the forwards again (its Python callbacks, and the frees and allocations it
+moves). Each network's heading gives the load average and the CPU time the hypervisor took
+(steal) around the timed steps.
 
 Writes JSON (with every step time) and markdown to ``--out`` (default
 ``results/bench_executor.{json,md}``) and prints the markdown.
@@ -111,17 +116,30 @@ def forward_seconds(net, model, x, t, g):
 
 
 def round_robin(steps, repeats):
-    """Seconds of each step, `repeats` rounds over all steps (list per step)."""
+    """Wall and process CPU seconds of each step, `repeats` rounds over all steps: one
+    ``(wall, cpu)`` pair of lists per step."""
     for st in steps:  # warm up (allocator, im2col buffers, numba)
         st()
     gc.collect()      # garbage of tracing and planning is not collected during a timed step
-    times = [[] for _ in steps]
+    times = [([], []) for _ in steps]
     for _ in range(repeats):
         for i, st in enumerate(steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             st()
-            times[i].append(time.perf_counter() - t0)
+            times[i][1].append(time.process_time() - c0)
+            times[i][0].append(time.perf_counter() - t0)
     return times
+
+
+def steal_seconds():
+    """Seconds the hypervisor gave this machine's CPUs to others since boot (the ``steal``
+    column of /proc/stat), or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def configurations(g, methods, time_limit):
@@ -138,12 +156,19 @@ def configurations(g, methods, time_limit):
     return configs, notes
 
 
+def _ratio(times, plain):
+    """Median over rounds of a step's seconds over the plain step's of the same round."""
+    return statistics.median(a / b for a, b in zip(times, plain))
+
+
 def time_row(times, plain, s, g, fwd_s):
-    """Timing columns of one configuration (seconds and ratios to the plain step)."""
-    ratios = [a / b for a, b in zip(times, plain)]
-    row = {"time_s": statistics.median(times), "plain_s": statistics.median(plain),
-           "ratio": statistics.median(ratios), "min_ratio": min(times) / min(plain),
-           "times_s": times}
+    """Timing columns of one configuration: `times` and `plain` are its and the plain step's
+    ``(wall, cpu)`` seconds per round; `fwd_s` the forward seconds per node."""
+    (wall, cpu), (pwall, pcpu) = times, plain
+    row = {"time_s": statistics.median(wall), "plain_s": statistics.median(pwall),
+           "cpu_s": statistics.median(cpu), "plain_cpu_s": statistics.median(pcpu),
+           "ratio": _ratio(wall, pwall), "cpu_ratio": _ratio(cpu, pcpu),
+           "min_ratio": min(wall) / min(pwall), "times_s": wall, "cpu_times_s": cpu}
     recomputed = s.schedule.recomputed if s is not None else []
     rec_s = float(sum(fwd_s[g.index[v]] for v in recomputed))
     row["recompute_forward_s"] = rec_s
@@ -151,7 +176,8 @@ def time_row(times, plain, s, g, fwd_s):
     row["share_cost"] = (s.schedule.recompute_cost / g.total_cost()) if s is not None else 0.0
     row["bound"] = 1 + row["share_time"] + SLACK
     row["met"] = row["ratio"] <= row["bound"]
-    row["beyond_recompute"] = row["ratio"] - 1 - rec_s / row["plain_s"]
+    row["cpu_met"] = row["cpu_ratio"] <= row["bound"]
+    row["beyond_recompute"] = row["cpu_ratio"] - 1 - rec_s / row["plain_cpu_s"]
     return row
 
 
@@ -182,9 +208,10 @@ def bench(name, batch, size, repeats, methods, time_limit):
     fwd_s = forward_seconds(net, model, x, t, g)
     configs, notes = configurations(g, methods, time_limit)
     steps = [make_step(net, model, x, t, h) for _, h, _ in configs]
-    load = [os.getloadavg()[0]]
+    load, steal = [os.getloadavg()[0]], steal_seconds()
     times = round_robin(steps, repeats)
     load.append(os.getloadavg()[0])
+    steal = steal_seconds() - steal if steal is not None else None
     rows, ref = [], None
     for i, (label, hook, s) in enumerate(configs):
         row = {"config": label, **time_row(times[i], times[0], s, g, fwd_s)}
@@ -192,20 +219,24 @@ def bench(name, batch, size, repeats, methods, time_limit):
         rows.append({**row, **mem})
     return {"network": name, "batch": batch, "size": list(size), "nodes": g.n,
             "M(V)": g.total_memory(), "T(V)": g.total_cost(), "forward_s": float(fwd_s.sum()),
-            "param_bytes": g.param_bytes, "load_before_after": load, "rows": rows,
-            "notes": notes}
+            "param_bytes": g.param_bytes, "load_before_after": load, "steal_s": steal,
+            "timed_s": sum(sum(w) for w, _ in times), "rows": rows, "notes": notes}
+
+
+def _yes(ok):
+    return "yes" if ok else "NO"
 
 
 def _time_table(r):
     lines = [("| configuration | plain (s) | hooked (s) | planned share (cost units) | "
-              "recomputed share (time) | x plain | bound | met | min / min | "
-              "beyond recomputation |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+              "recomputed share (time) | bound | x plain (wall) | met | x plain (CPU) | met | "
+              "beyond recomputation (CPU) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in r["rows"][1:]:
         lines.append(f"| {row['config']} | {row['plain_s']:.3f} | {row['time_s']:.3f} | "
                      f"{row['share_cost']:.3f} | {row['share_time']:.3f} | "
-                     f"{row['ratio']:.3f} | {row['bound']:.3f} | "
-                     f"{'yes' if row['met'] else 'NO'} | {row['min_ratio']:.3f} | "
+                     f"{row['bound']:.3f} | {row['ratio']:.3f} | {_yes(row['met'])} | "
+                     f"{row['cpu_ratio']:.3f} | {_yes(row['cpu_met'])} | "
                      f"{100 * row['beyond_recompute']:+.1f}% |")
     return lines
 
@@ -220,7 +251,7 @@ def _memory_table(r):
               if "recomputed" in row else "")
         lines.append(f"| {row['config']} | {row['peak_bytes'] / 2**20:.1f} | "
                      f"{row['peak_without_grads'] / 2**20:.1f} | {pp} | {rc} | "
-                     f"{'yes' if row['equal'] else 'NO'} |")
+                     f"{_yes(row['equal'])} |")
     return lines
 
 
@@ -232,10 +263,12 @@ def markdown(results, info, repeats):
               "times are medians."), ""]
     for r in results:
         lb, la = r["load_before_after"]
+        steal = f", steal {r['steal_s']:.1f} s" if r["steal_s"] is not None else ""
         lines += [(f"### {r['network']} (batch {r['batch']}, {r['size'][0]}x{r['size'][1]}, "
                    f"#V={r['nodes']}, params {r['param_bytes'] / 2**20:.1f} MiB, "
                    f"forward {r['forward_s']:.3f} s measured per function; "
-                   f"load average {lb:.1f} -> {la:.1f})"), ""]
+                   f"{r['timed_s']:.0f} s timed, load average {lb:.1f} -> {la:.1f}{steal})"),
+                  ""]
         lines += _time_table(r) + [""] + _memory_table(r)
         lines += [f"\nNot planned: {n}" for n in r["notes"]] + [""]
     return "\n".join(lines)
