@@ -318,19 +318,19 @@ class RecomputeHook(chainer.FunctionHook):
             if kind in ("drop", "free_value"):
                 self._free_value(v, ks, kind)
             elif kind == "free_state":
-                self._note("free_state", v, self._free_state(v))
+                self._free_state(v)
             elif kind == "recompute":
                 self._recompute(v)
-            elif kind == "seed_grad":
-                arr = self._held.get((v, ks[0]))
-                self._note("seed_grad", v, _nbytes([arr]), ks)
-            elif kind == "free_grad":
+            elif kind == "seed_grad" and self.record:
+                self._note("seed_grad", v, _nbytes([self._held.get((v, ks[0]))]), ks)
+            elif kind == "free_grad" and self.record:
                 self._note("free_grad", v, _nbytes(self._gy))
                 self._gy = None
 
     def _note(self, kind, v, nbytes, outputs=()):
-        if self.record:
-            self._rec.append(lowerset.Event(kind, v, int(nbytes), tuple(outputs)))
+        """Record an executed event (callers check ``self.record`` first, so that a hook that
+        does not record computes no byte counts)."""
+        self._rec.append(lowerset.Event(kind, v, int(nbytes), tuple(outputs)))
 
     # -- forward ----------------------------------------------------------------------------------
 
@@ -375,7 +375,7 @@ class RecomputeHook(chainer.FunctionHook):
         if j in self._may_recompute:
             self._ext[j] = {p: a for p, a in enumerate(in_data)
                             if self._args[j][p][0] != "node"}
-            self._cfg[j] = _ci.capture_config()
+            self._cfg[j] = _ci.capture_config() + (("in_recomputing", True),)
             if self._restore_paths[j]:
                 self._pre[j] = [_effects.capture(function, p, self._types)
                                 for p in self._restore_paths[j]]
@@ -412,11 +412,12 @@ class RecomputeHook(chainer.FunctionHook):
         for k, a in enumerate(outs):
             if a is not None:
                 self._held[j, k] = a
-        made = sum(self._value_bytes(j, k, a) for k, a in enumerate(outs))
-        made += _nbytes(getattr(f, a) for a in self._state[j])
-        del outs, nodes
         self._expect("forward", j)
-        self._note("forward", j, made, range(len(self._out_sig[j])))
+        if self.record:
+            made = sum(self._value_bytes(j, k, a) for k, a in enumerate(outs))
+            made += _nbytes(getattr(f, a) for a in self._state[j])
+            self._note("forward", j, made, range(len(self._out_sig[j])))
+        del outs, nodes
         self._run_own_events(recompute=False)
 
     def _check_wiring(self, j, f):
@@ -460,8 +461,9 @@ class RecomputeHook(chainer.FunctionHook):
         self._current = j
         self._run_own_events()
         self._expect("backward", j)
-        self._gy = [g for g in out_grad if g is not None]
-        self._note("backward", j, _nbytes(self._gy))
+        if self.record:  # the output gradients, for the bytes of this call and its free_grad
+            self._gy = [g for g in out_grad if g is not None]
+            self._note("backward", j, _nbytes(self._gy))
 
     def backward_postprocess(self, function, in_data, out_grad):
         if self._phase != "backward":
@@ -513,7 +515,8 @@ class RecomputeHook(chainer.FunctionHook):
                 retained[self._ret_out[v].index(k)] = None
         if retained is not None:
             _ci.set_retained_output_data(f, tuple(retained))
-        self._note(kind, v, sum(self._value_bytes(v, k, a) for k, a in zip(ks, freed)), ks)
+        if self.record:
+            self._note(kind, v, sum(self._value_bytes(v, k, a) for k, a in zip(ks, freed)), ks)
         self._log["discarded" if kind == "drop" else "freed"].append(v)
 
     def _value_bytes(self, v, k, array):
@@ -525,10 +528,10 @@ class RecomputeHook(chainer.FunctionHook):
         f = self._funcs[v]
         if self._state[v]:
             self._spent.add(v)
-        nbytes = _nbytes(getattr(f, a, None) for a in self._state[v])
+        if self.record:
+            self._note("free_state", v, _nbytes(getattr(f, a, None) for a in self._state[v]))
         for a in self._state[v]:
             setattr(f, a, None)
-        return nbytes
 
     def _recompute(self, v):
         f = self._funcs[v]
@@ -539,35 +542,35 @@ class RecomputeHook(chainer.FunctionHook):
                 raise RuntimeError(f"internal error: input {p} of function {v} "
                                    f"({self._names[v]}) is not available for recomputation")
             xs.append(a)
-        before = array_attr_ids(f, self._types)
+        before = array_attr_ids(f, self._types) if self.record else None
         ys = self._run_forward(v, f, tuple(xs))
-        state = forward_state(f, before, {id(a) for a in xs} | {id(y) for y in ys},
-                              self._types)
-        if self._facts[v].stochastic:  # its state is kept: what it makes again replaces it
-            state = [a for a in state if a not in self._state[v]]
+        if self.record:
+            self._note("recompute", v, self._remade_bytes(v, f, before, xs, ys), range(len(ys)))
         del xs
         for k, y in enumerate(ys):
             self._held[v, k] = y
         self._restore(v, ys)
-        self._note("recompute", v, _nbytes(ys) + _nbytes(getattr(f, a) for a in state),
-                   range(len(ys)))
         self._log["recomputed"].append(v)
+
+    def _remade_bytes(self, v, f, before, xs, ys):
+        """Bytes a recomputation of node `v` made: its outputs and the forward-made state it set
+        (`before`: :func:`array_attr_ids` taken before it ran)."""
+        state = forward_state(f, before, {id(a) for a in xs} | {id(y) for y in ys},
+                              self._types)
+        if self._facts[v].stochastic:  # its state is kept: what it makes again replaces it
+            state = [a for a in state if a not in self._state[v]]
+        return _nbytes(ys) + _nbytes(getattr(f, a) for a in state)
 
     def _run_forward(self, v, f, xs):
         """Run the forward of node `v` again: under its configuration, with what its first forward
         changed besides its outputs set back for the duration (running statistics, counters,
         NumPy's random state: the draws are replayed and the side effect is not repeated)."""
         paths = self._restore_paths[v]
-        with contextlib.ExitStack() as st:
-            for key, val in zip(_ci.CONFIG_KEYS, self._cfg[v]):
-                if val is not None:
-                    st.enter_context(chainer.using_config(key, val))
-            st.enter_context(chainer.using_config("in_recomputing", True))
-            st.enter_context(chainer.using_device(chainer.backend.get_device_from_array(*xs)))
-            if paths:
-                st.enter_context(_effects.swapped(f, paths, self._pre.pop(v), self._types))
-            ys = f.forward(xs)
-        return ys
+        swap = (_effects.swapped(f, paths, self._pre.pop(v), self._types) if paths
+                else contextlib.nullcontext())
+        with _ci.using_configs(self._cfg[v]), \
+                chainer.using_device(chainer.backend.get_device_from_array(*xs)), swap:
+            return f.forward(xs)
 
     def _restore(self, v, ys):
         """Put recomputed outputs back where Chainer's backward looks for them."""

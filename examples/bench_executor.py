@@ -3,24 +3,38 @@
 For each network: a plain Chainer step, liveness analysis only (the hook running the schedule of
 the one-segment strategy [V]: it recomputes nothing and frees each value at its last use), and
 the paper's strategies (``lowerset.solve(..., model="paper")``, exact/approx x time/memory at
-the minimal eq. (2) budget). Times are medians over
-``--repeats`` steps, taken round-robin over the configurations so that machine drift hits all of
-them alike; peak memory is measured in separate runs (tracemalloc slows Python code down), and
-each configuration's loss and parameter gradients are compared bitwise with the plain step's.
+the minimal eq. (2) budget). Steps run round-robin over the configurations, ``--repeats``
+rounds, so that drift (another job on the machine) hits all of them alike; a configuration's
+ratio is the median over rounds of its step time over the plain step time of the same round,
+in wall seconds and in process CPU seconds (``time.process_time``: what the step computes,
+without the time the OS gives to other jobs; with one BLAS thread, the step's own time). Peak
+memory is measured in separate runs (tracemalloc slows Python code down), and each
+configuration's loss and parameter gradients are compared bitwise with the plain step's.
 
-Times are shared-machine sensitive: the minimum over repeats is reported beside the median.
+Recomputed share, in time: the forward seconds of the functions the schedule recomputes over
+the forward seconds of all functions, both from a second trace of the same step with
+``cost_model="profile"`` (each function's median forward time over 5 runs, in microseconds).
+The planned share in the paper's cost units (T_v = 10 for a convolution, 1 otherwise) is
+printed beside it.
 
-Target: time with the hook <= (1 + recomputed cost / T(V)) x plain time + 5%, and liveness
-analysis alone <= 5% over plain. The "bound" column is (1 + recomputed / T(V)) * 1.05.
+Target: hooked time <= plain time x (1 + recomputed share in time + 0.05); for liveness
+analysis alone (share 0), <= 1.05 x plain. "beyond recomputation" is the CPU ratio minus 1
+minus the recomputed forward seconds over the plain step's CPU seconds: what the hook costs
+besides running the forwards again (its Python callbacks, and the frees and allocations it
+moves). Each network's heading gives the load average and the CPU time the hypervisor took
+(steal) around the timed steps.
 
-Writes JSON and a markdown table to ``--out`` (default ``results/bench_executor.{json,md}``).
+Writes JSON (with every step time) and markdown to ``--out`` (default
+``results/bench_executor.{json,md}``) and prints the markdown.
 
-Example (the CPU preset, a few minutes on 2 cores)::
+Example (the CPU preset of two networks, about four minutes on 2 cores; one BLAS thread is
+as fast as two at these sizes and is not slowed down by another job on the other core)::
 
-    .venv/bin/python examples/bench_executor.py --nets resnet50 unet
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python examples/bench_executor.py --nets resnet50 unet
 """
 
 import argparse
+import gc
 import json
 import os
 import pathlib
@@ -44,14 +58,23 @@ from chainer_ext import LivenessHook, RecomputeHook, peak_memory, trace  # noqa:
 from examples import _machine  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
 
-# CPU preset: small inputs so that one step takes about a second on a laptop-class CPU
+# CPU preset: inputs at which one plain step takes about 0.2-2.5 s on 2 cores
 CPU_PRESET = {"resnet50": {"batch": 2, "size": (112, 112)},
-              "unet": {"batch": 1, "size": (252, 252)}}
+              "resnet152": {"batch": 1, "size": (112, 112)},
+              "vgg19": {"batch": 1, "size": (224, 224)},
+              "googlenet": {"batch": 1, "size": (224, 224)},
+              "densenet161": {"batch": 1, "size": (112, 112)},
+              "unet": {"batch": 1, "size": (188, 188)},
+              "pspnet": {"batch": 1, "size": (121, 121)}}
+
+#: Slack of the target, as a share of the plain step time.
+SLACK = 0.05
 
 
 def machine_info():
     info = _machine.machine_info()
-    info["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        info[var.lower()] = os.environ.get(var)
     info["lowerset"] = lowerset.__version__
     return info
 
@@ -81,16 +104,47 @@ def plan(g, method, mode, time_limit):
     return s, time.perf_counter() - t0
 
 
-def bench(name, batch, size, repeats, methods, time_limit):
-    net = NETWORKS[name]
-    np.random.seed(0)
-    model = net.build(size)
-    x, t = net.make_batch(batch, size)
+def forward_seconds(net, model, x, t, g):
+    """Measured forward seconds of each node of `g` (index order): the median of 5 runs per
+    function, from ``trace(cost_model="profile")`` of the same step."""
     with chainer.using_config("train", True):
-        g = trace(lambda: net.loss(model, x, t))
-    TV = g.total_cost()
-    configs = [("plain", None, None),
-               ("liveness only", LivenessHook(g), None)]
+        gp = trace(lambda: net.loss(model, x, t), cost_model="profile", time_unit=1e-6,
+                   measure_memory=False)
+    if gp.n != g.n or any(gp.attrs[v]["function"] != g.attrs[v]["function"] for v in g.labels):
+        raise RuntimeError("the profiled trace differs from the planned one")
+    return np.array([gp.cost[gp.index[v]] for v in g.labels], dtype=np.float64) * 1e-6
+
+
+def round_robin(steps, repeats):
+    """Wall and process CPU seconds of each step, `repeats` rounds over all steps: one
+    ``(wall, cpu)`` pair of lists per step."""
+    for st in steps:  # warm up (allocator, im2col buffers, numba)
+        st()
+    gc.collect()      # garbage of tracing and planning is not collected during a timed step
+    times = [([], []) for _ in steps]
+    for _ in range(repeats):
+        for i, st in enumerate(steps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            st()
+            times[i][1].append(time.process_time() - c0)
+            times[i][0].append(time.perf_counter() - t0)
+    return times
+
+
+def steal_seconds():
+    """Seconds the hypervisor gave this machine's CPUs to others since boot (the ``steal``
+    column of /proc/stat), or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def configurations(g, methods, time_limit):
+    """[(label, hook, strategy)] and notes on strategies not planned."""
+    configs = [("plain", None, None), ("liveness only", LivenessHook(g), None)]
     notes = []
     for method in methods:
         for mode in ("time", "memory"):
@@ -99,72 +153,124 @@ def bench(name, batch, size, repeats, methods, time_limit):
                 notes.append(f"{method}/{mode}: {info}")
                 continue
             configs.append((f"{method} {mode}-centric, min budget", RecomputeHook(s), s))
+    return configs, notes
+
+
+def _ratio(times, plain):
+    """Median over rounds of a step's seconds over the plain step's of the same round."""
+    return statistics.median(a / b for a, b in zip(times, plain))
+
+
+def time_row(times, plain, s, g, fwd_s):
+    """Timing columns of one configuration: `times` and `plain` are its and the plain step's
+    ``(wall, cpu)`` seconds per round; `fwd_s` the forward seconds per node."""
+    (wall, cpu), (pwall, pcpu) = times, plain
+    row = {"time_s": statistics.median(wall), "plain_s": statistics.median(pwall),
+           "cpu_s": statistics.median(cpu), "plain_cpu_s": statistics.median(pcpu),
+           "ratio": _ratio(wall, pwall), "cpu_ratio": _ratio(cpu, pcpu),
+           "min_ratio": min(wall) / min(pwall), "times_s": wall, "cpu_times_s": cpu}
+    recomputed = s.schedule.recomputed if s is not None else []
+    rec_s = float(sum(fwd_s[g.index[v]] for v in recomputed))
+    row["recompute_forward_s"] = rec_s
+    row["share_time"] = rec_s / float(fwd_s.sum())
+    row["share_cost"] = (s.schedule.recompute_cost / g.total_cost()) if s is not None else 0.0
+    row["bound"] = 1 + row["share_time"] + SLACK
+    row["met"] = row["ratio"] <= row["bound"]
+    row["cpu_met"] = row["cpu_ratio"] <= row["bound"]
+    row["beyond_recompute"] = row["cpu_ratio"] - 1 - rec_s / row["plain_cpu_s"]
+    return row
+
+
+def memory_row(step, model, ref, hook, s):
+    """Peak memory columns and the bitwise check of one configuration."""
+    rep = peak_memory(step, params=model)
+    loss = step().array.copy()
+    grads = [p.grad.copy() for p in model.params()]
+    ref = ref or (loss, grads)
+    equal = (loss.tobytes() == ref[0].tobytes()
+             and all(a.tobytes() == b.tobytes() for a, b in zip(grads, ref[1])))
+    row = {"equal": equal, "peak_bytes": rep.peak, "peak_without_grads": rep.peak_without_grads,
+           "param_bytes": rep.param_bytes, "param_grad_bytes": rep.param_grad_bytes}
+    if s is not None:
+        row.update({"planned_peak": s.peak_memory, "segments": len(s),
+                    "recomputed": len(hook.last_iteration["recomputed"]),
+                    "planned_recomputed": len(s.recomputed)})
+    return row, ref
+
+
+def bench(name, batch, size, repeats, methods, time_limit):
+    net = NETWORKS[name]
+    np.random.seed(0)
+    model = net.build(size)
+    x, t = net.make_batch(batch, size)
+    with chainer.using_config("train", True):
+        g = trace(lambda: net.loss(model, x, t))
+    fwd_s = forward_seconds(net, model, x, t, g)
+    configs, notes = configurations(g, methods, time_limit)
     steps = [make_step(net, model, x, t, h) for _, h, _ in configs]
-    for st in steps:  # warm up (allocator, im2col buffers, numba)
-        st()
-    times = [[] for _ in configs]
-    for _ in range(repeats):
-        for i, st in enumerate(steps):
-            t0 = time.perf_counter()
-            st()
-            times[i].append(time.perf_counter() - t0)
-    rows = []
-    plain_t = statistics.median(times[0])
-    plain_min = min(times[0])
-    ref = None
+    load, steal = [os.getloadavg()[0]], steal_seconds()
+    times = round_robin(steps, repeats)
+    load.append(os.getloadavg()[0])
+    steal = steal_seconds() - steal if steal is not None else None
+    rows, ref = [], None
     for i, (label, hook, s) in enumerate(configs):
-        rep = peak_memory(steps[i], params=model)
-        # bitwise check against the plain step (same parameters, same seed)
-        loss = steps[i]().array.copy()
-        grads = [p.grad.copy() for p in model.params()]
-        if ref is None:
-            ref = (loss, grads)
-        equal = (loss.tobytes() == ref[0].tobytes()
-                 and all(a.tobytes() == b.tobytes() for a, b in zip(grads, ref[1])))
-        med = statistics.median(times[i])
-        row = {"config": label, "time_s": med, "time_ratio": med / plain_t, "equal": equal,
-               "time_min_s": min(times[i]), "time_min_ratio": min(times[i]) / plain_min,
-               "peak_bytes": rep.peak, "peak_without_grads": rep.peak_without_grads,
-               "param_bytes": rep.param_bytes, "param_grad_bytes": rep.param_grad_bytes}
-        if s is not None:
-            row.update({"recompute_cost": s.schedule.recompute_cost, "T(V)": TV,
-                        "bound": (1 + s.schedule.recompute_cost / TV) * 1.05,
-                        "planned_peak": s.peak_memory, "segments": len(s),
-                        "recomputed": len(hook.last_iteration["recomputed"]),
-                        "planned_recomputed": len(s.recomputed)})
-        elif i > 0:
-            row["bound"] = 1.05
-        rows.append(row)
+        row = {"config": label, **time_row(times[i], times[0], s, g, fwd_s)}
+        mem, ref = memory_row(steps[i], model, ref, hook, s)
+        rows.append({**row, **mem})
     return {"network": name, "batch": batch, "size": list(size), "nodes": g.n,
-            "M(V)": g.total_memory(), "T(V)": TV, "param_bytes": g.param_bytes,
-            "rows": rows, "notes": notes}
+            "M(V)": g.total_memory(), "T(V)": g.total_cost(), "forward_s": float(fwd_s.sum()),
+            "param_bytes": g.param_bytes, "load_before_after": load, "steal_s": steal,
+            "timed_s": sum(sum(w) for w, _ in times), "rows": rows, "notes": notes}
 
 
-def markdown(results, info):
-    lines = [f"Machine: {info['cpu']}, {info['logical_cores']} cores; numpy {info['numpy']}, "
-             f"chainer {info['chainer']}, numba {info['numba']}, cupy {info['cupy']}.", ""]
+def _yes(ok):
+    return "yes" if ok else "NO"
+
+
+def _time_table(r):
+    lines = [("| configuration | plain (s) | hooked (s) | planned share (cost units) | "
+              "recomputed share (time) | bound | x plain (wall) | met | x plain (CPU) | met | "
+              "beyond recomputation (CPU) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in r["rows"][1:]:
+        lines.append(f"| {row['config']} | {row['plain_s']:.3f} | {row['time_s']:.3f} | "
+                     f"{row['share_cost']:.3f} | {row['share_time']:.3f} | "
+                     f"{row['bound']:.3f} | {row['ratio']:.3f} | {_yes(row['met'])} | "
+                     f"{row['cpu_ratio']:.3f} | {_yes(row['cpu_met'])} | "
+                     f"{100 * row['beyond_recompute']:+.1f}% |")
+    return lines
+
+
+def _memory_table(r):
+    lines = [("| configuration | peak (MiB) | peak w/o new grads (MiB) | planned peak (MiB) | "
+              "recomputed / planned | bitwise equal |"),
+             "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        pp = f"{row['planned_peak'] / 2**20:.1f}" if "planned_peak" in row else ""
+        rc = (f"{row['recomputed']} / {row['planned_recomputed']}"
+              if "recomputed" in row else "")
+        lines.append(f"| {row['config']} | {row['peak_bytes'] / 2**20:.1f} | "
+                     f"{row['peak_without_grads'] / 2**20:.1f} | {pp} | {rc} | "
+                     f"{_yes(row['equal'])} |")
+    return lines
+
+
+def markdown(results, info, repeats):
+    threads = ", ".join(f"{k.upper()}={info[k]}" for k in ("omp_num_threads",
+                                                           "openblas_num_threads") if info[k])
+    lines = [(f"Machine: {_machine.machine_line(info)}; GPU: {info.get('gpu') or 'none'}"
+              f"{'; ' + threads if threads else ''}. {repeats} rounds round-robin per network; "
+              "times are medians."), ""]
     for r in results:
-        lines.append(f"### {r['network']} (batch {r['batch']}, {r['size'][0]}x{r['size'][1]}, "
-                     f"#V={r['nodes']}, params {r['param_bytes'] / 2**20:.1f} MiB)")
-        lines.append("")
-        lines.append("| configuration | time/iter median (s) | x plain | min (s) | x plain | "
-                     "bound | peak (MiB) | "
-                     "peak w/o new grads (MiB) | planned peak (MiB) | recomputed / planned | "
-                     "bitwise equal |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        for row in r["rows"]:
-            bound = f"{row['bound']:.3f}" if "bound" in row else ""
-            pp = f"{row['planned_peak'] / 2**20:.1f}" if "planned_peak" in row else ""
-            rc = (f"{row['recomputed']} / {row['planned_recomputed']}"
-                  if "recomputed" in row else "")
-            lines.append(f"| {row['config']} | {row['time_s']:.3f} | {row['time_ratio']:.3f} | "
-                         f"{row['time_min_s']:.3f} | {row['time_min_ratio']:.3f} | "
-                         f"{bound} | {row['peak_bytes'] / 2**20:.1f} | "
-                         f"{row['peak_without_grads'] / 2**20:.1f} | {pp} | {rc} | "
-                         f"{'yes' if row['equal'] else 'NO'} |")
-        for n in r["notes"]:
-            lines.append(f"\nNot planned: {n}")
-        lines.append("")
+        lb, la = r["load_before_after"]
+        steal = f", steal {r['steal_s']:.1f} s" if r["steal_s"] is not None else ""
+        lines += [(f"### {r['network']} (batch {r['batch']}, {r['size'][0]}x{r['size'][1]}, "
+                   f"#V={r['nodes']}, params {r['param_bytes'] / 2**20:.1f} MiB, "
+                   f"forward {r['forward_s']:.3f} s measured per function; "
+                   f"{r['timed_s']:.0f} s timed, load average {lb:.1f} -> {la:.1f}{steal})"),
+                  ""]
+        lines += _time_table(r) + [""] + _memory_table(r)
+        lines += [f"\nNot planned: {n}" for n in r["notes"]] + [""]
     return "\n".join(lines)
 
 
@@ -173,7 +279,7 @@ def main(argv=None):
     p.add_argument("--nets", nargs="+", default=["resnet50", "unet"], choices=sorted(NETWORKS))
     p.add_argument("--batch", type=int, default=None, help="default: the CPU preset")
     p.add_argument("--size", type=int, default=None, help="input side; default: CPU preset")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5, help="rounds of the round robin")
     p.add_argument("--methods", nargs="+", default=["exact", "approx"],
                    choices=["exact", "approx"])
     p.add_argument("--time-limit", type=float, default=120.0,
@@ -183,7 +289,7 @@ def main(argv=None):
     info = machine_info()
     results = []
     for name in a.nets:
-        pre = CPU_PRESET.get(name, {"batch": 1, "size": NETWORKS[name].input_size})
+        pre = CPU_PRESET[name]
         batch = a.batch or pre["batch"]
         size = (a.size, a.size) if a.size else pre["size"]
         results.append(bench(name, batch, size, a.repeats, a.methods, a.time_limit))
@@ -191,7 +297,7 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"machine": info, "results": results},
                                                    indent=1))
-    md = markdown(results, info)
+    md = markdown(results, info, a.repeats)
     out.with_suffix(".md").write_text(md)
     print(md)
 

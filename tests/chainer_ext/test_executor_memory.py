@@ -51,6 +51,7 @@ def test_new_gradient_in_a_freed_one_s_place_counts_as_new():
             p.grad = np.zeros(1000, dtype=np.float32)
 
     assert peak_memory(step, params=[p]).new_grad_bytes == 4000
+    assert peak_memory(lambda: None, params=[p]).new_grad_bytes == 0  # the same array: not new
 
 
 def test_errors():
