@@ -376,7 +376,7 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 @njit(cache=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
               tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend,
-              ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):
+              key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -412,6 +412,11 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
     cost, memory : ndarray of int64, shape (n,)
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
+    key_m, key_t : ndarray of int64, shape (s,)
+        Written for each finished set ``b`` (and given for the sets ``< lo``): its front's
+        least cached bytes minus ``2 tot_m[b]``, and its least overhead minus ``tot_t[b]``
+        (INF for an empty front). The scan over candidate subsets reads only these two
+        contiguous arrays before the subset test.
     ft, fm : ndarray of int64, shape (capacity,)
         Overhead (cost units) and cached bytes of each entry.
     fpa, fpe : ndarray of int64, shape (capacity,)
@@ -452,14 +457,13 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         # in a front is its last entry: a set a that fails this bound is skipped before the
         # subset test
         room = budget - 2 * tot_m[b] - extra[b]
+        # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
+        # entry (a set skipped this way counts as capped: the deepening goes on)
+        room_t = INF if maximize else tcap - tot_t[b] + bnd_t[b]
         for a in range(class_start[b]):
-            if fend[a] == fstart[a]:
+            if key_m[a] > room:
                 continue
-            if fm[fend[a] - 1] - 2 * tot_m[a] > room:
-                continue
-            # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
-            # entry (a skipped set counts as capped: the deepening goes on)
-            if not maximize and ft[fstart[a]] + tot_t[b] - tot_t[a] - bnd_t[b] > tcap:
+            if key_t[a] > room_t:
                 capped += 1
                 continue
             if not _is_strict_subset(sets, a, b, n_words):
@@ -491,6 +495,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         fstart[b] = used
         if tmax < 0:
             fend[b] = used
+            key_m[b] = INF
+            key_t[b] = INF
             b += 1
             continue
         work += tmax - tmin + 1
@@ -524,6 +530,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
             scratch_m[t] = INF
             t += step
         fend[b] = used
+        key_m[b] = fm[used - 1] - 2 * tot_m[b]
+        key_t[b] = tmin - tot_t[b]
         b += 1
     return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
 
@@ -549,8 +557,8 @@ def _grow(arr, new_cap):
 
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, fm, fp, fpa, fpe,
-                used):
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, key_m, fm, fp, fpa,
+                fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -567,6 +575,9 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
+    key_m : ndarray of int64, shape (s,)
+        As in :func:`dp_fronts`: per finished set, its front's least cached bytes minus
+        ``2 tot_m[b]`` (INF for an empty front).
     fm, fp, fpa, fpe : ndarray of int64, shape (capacity,)
         Cached bytes, peak bytes, and back-pointers of each entry.
     used : int
@@ -592,9 +603,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
         # entry (cached bytes increase along it): a set a above `upper` that way is skipped
         room = upper - 2 * tot_m[b] - extra[b]
         for a in range(class_start[b]):
-            if fend[a] == fstart[a]:
-                continue
-            if fm[fstart[a]] - 2 * tot_m[a] > room:
+            if key_m[a] > room:
                 continue
             if not _is_strict_subset(sets, a, b, n_words):
                 continue
@@ -669,5 +678,6 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
             fpe[used] = ce[j]
             used += 1
         fend[b] = used
+        key_m[b] = (cm[0] if c > 0 else INF) - 2 * tot_m[b]
         b += 1
     return fm, fp, fpa, fpe, used, pairs, b, work, STATUS_OK

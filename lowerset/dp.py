@@ -106,22 +106,25 @@ def _trace_back(G, fam, fpa, fpe, entry):
 
 
 def _new_fronts(fam):
-    """Empty DP fronts: per-set ranges and two value arrays plus back-pointers (int64).
+    """Empty DP fronts: per-set ranges and scan keys (see :func:`_kernels.dp_fronts`), two value
+    arrays plus back-pointers (int64).
 
     The front of the empty set (index 0) holds one root entry of zeros: overhead 0, nothing
-    cached, peak 0.
+    cached, peak 0; its keys are 0.
     """
     s = fam.sets.shape[0]
     fstart = np.zeros(s, dtype=np.int64)
     fend = np.zeros(s, dtype=np.int64)
     fend[0] = 1
+    keys = np.full((2, s), _kernels.INF, dtype=np.int64)
+    keys[:, 0] = 0
     cap = max(1024, 4 * s)
-    return (fstart, fend, np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
+    return (fstart, fend, keys, np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
             np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
 
 
 def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
-    fstart, fend, ft, fm, fpa, fpe = _new_fronts(fam)
+    fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
     T = G.total_cost()
     _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
                          "scale the costs down")
@@ -136,8 +139,8 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), fam.sets,
             fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
-            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, st["ft"], st["fm"],
-            st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
+            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], keys[1],
+            st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
         st["capped"] += capped
         return b, work, status, st["used"]
 
@@ -148,7 +151,7 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
 
 def _min_budget_search(G, fam, upper, deadline):
     s = fam.sets.shape[0]
-    fstart, fend, fm, fp, fpa, fpe = _new_fronts(fam)
+    fstart, fend, keys, fm, fp, fpa, fpe = _new_fronts(fam)
     st = {"fm": fm, "fp": fp, "fpa": fpa, "fpe": fpe, "used": 1}
 
     def step(lo, work_budget, max_entries):
@@ -156,8 +159,8 @@ def _min_budget_search(G, fam, upper, deadline):
             _kernels.peak_fronts(
                 lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
                 fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.extra, G.cost, G.memory, fstart, fend, st["fm"], st["fp"], st["fpa"],
-                st["fpe"], st["used"])
+                fam.extra, G.cost, G.memory, fstart, fend, keys[0], st["fm"], st["fp"],
+                st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 
     _drive(fam, deadline, step, "in the minimal-budget DP", _EntryCap(fm.shape[0]))
@@ -350,6 +353,20 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
+    fstart, fend, ft, fm, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
+                                                  overhead_bound)
+    last = fam.sets.shape[0] - 1
+    ts = ft[fstart[last]:fend[last]]
+    e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
+    return _strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode=mode, budget=budget,
+                     planner_seconds=deadline.elapsed())
+
+
+def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhead_floor=0):
+    """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
+    reached; returns the front arrays (see :func:`_kernels.dp_fronts`). Time-centric: the
+    iterative deepening starts at twice `overhead_floor` (an overhead no strategy within
+    `budget` goes below) and stops at `overhead_bound`."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -360,7 +377,7 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     cap_max = T
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
-    tcap = T if maximize else min(cap_max, _FIRST_TCAP)
+    tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, 2 * int(overhead_floor)))
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
                                                                deadline, tcap)
@@ -373,13 +390,50 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
-    ts = ft[fstart[last]:fend[last]]
-    e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
-    chain = _trace_back(G, fam, fpa, fpe, e)
-    strat = CanonicalStrategy.from_family(G, chain, method=method, mode=mode, budget=budget,
-                                          planner_seconds=deadline.elapsed())
-    if strat.overhead != ft[e] or strat.peak_memory > budget:  # pragma: no cover
+    return fstart, fend, ft, fm, fpa, fpe
+
+
+def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
+    """The strategy of front entry `e` of V, checked against eq. (1) and eq. (2)."""
+    strat = CanonicalStrategy.from_family(G, _trace_back(G, fam, fpa, fpe, e), **meta)
+    if strat.overhead != overhead or strat.peak_memory > meta["budget"]:  # pragma: no cover
         raise LowersetError(
-            f"internal error: DP overhead {ft[e]} vs eq. (1) {strat.overhead}, "
-            f"eq. (2) peak {strat.peak_memory} vs budget {budget}")
+            f"internal error: DP overhead {overhead} vs eq. (1) {strat.overhead}, "
+            f"eq. (2) peak {strat.peak_memory} vs budget {meta['budget']}")
     return strat
+
+
+@requires_graph
+def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
+               time_limit=None, overhead_bound=None, overhead_floor=0):
+    """Every strategy on the time-centric DP's final front at eq. (2) budget `budget`.
+
+    The DP of :func:`solve` (``mode="time"``) ends with the states of V not dominated in
+    (overhead, cached bytes); each is a canonical strategy within `budget`. The first has the
+    least overhead (the result of :func:`solve`); the others recompute more and cache less,
+    which a schedule with liveness analysis may turn into a lower peak. The iterative deepening
+    stops at the first overhead cap that reaches V, so the front holds the states up to that
+    cap (at most four times the least overhead, or `overhead_bound`).
+
+    Parameters, errors and references as :func:`solve`; `budget` is required.
+    `overhead_floor` (cost units) is an overhead no strategy within `budget` goes below (the
+    optimum at a larger budget): the deepening starts at twice it, which saves its first
+    passes; the front then reaches up to that cap.
+
+    Returns
+    -------
+    list of CanonicalStrategy
+        Overhead increasing (cost units), eq. (2) peak within `budget` (bytes).
+    """
+    _check_method(method)
+    budget = check_budget(budget)
+    max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
+    deadline = _limits.Deadline(check_time_limit(time_limit))
+    _check_feasible(G, budget, method, max_lower_sets, deadline)
+    fam = _get_family(G, method, max_lower_sets, deadline)
+    fstart, fend, ft, fm, fpa, fpe = _final_front(G, fam, budget, False, deadline,
+                                                  overhead_bound, overhead_floor)
+    last = fam.sets.shape[0] - 1
+    return [_strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode="time", budget=budget,
+                      planner_seconds=deadline.elapsed())
+            for e in range(fstart[last], fend[last])]

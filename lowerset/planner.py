@@ -48,9 +48,12 @@ LADDER_SIZE = 24
 BISECTION_STEPS = 8
 EXACT_BISECTION_STEPS = 4
 DESCENT = 0.85
+#: The search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one cost
+#: unit or this fraction above the least overhead its further probes could reach.
+STOP_GAP = 0.02
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
-# (a DP call over 10^4 lower sets takes about a second); above, at its minimal budget only
+# (a DP call over 10^4 lower sets takes about a second); above, only solve's search runs it
 _EXACT_LADDER_MAX_SETS = 5000
 
 
@@ -97,20 +100,24 @@ def _pool(G, method, max_lower_sets, deadline):
     add(chen_sqrtn(G))
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     families = ["approx"]
-    if method == "exact":
+    if method == "exact" and not _large(G, max_lower_sets):
         families.append("exact")
     for fam in families:
-        lo = dp.min_budget(G, fam, max_lower_sets=max_lower_sets, time_limit=deadline.left())
+        lo, least = dp.min_budget(G, fam, max_lower_sets=max_lower_sets,
+                                  time_limit=deadline.left(), return_strategy=True)
+        add(least)
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        large = fam == "exact" and count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS
-        if large:  # the memory-centric plan at the minimal budget; solve bisects the rest
-            add(_paper(G, fam, "memory", lo, max_lower_sets, deadline))
-            continue
         for b in budgets:
             add(_paper(G, fam, "memory", b, max_lower_sets, deadline))
         for b in _time_ladder(budgets):
             add(_paper(G, fam, "time", b, max_lower_sets, deadline))
     return out
+
+
+def _large(G, max_lower_sets):
+    """Whether the exact family is too large for the pool's ladder (SearchLimitError above
+    `max_lower_sets`)."""
+    return count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS
 
 
 def _time_ladder(budgets):
@@ -335,8 +342,8 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
                                        max_lower_sets, deadline)
         found += more
     if method == "exact":
-        lo_e = dp.min_budget(G, "exact", max_lower_sets=max_lower_sets,
-                             time_limit=deadline.left())
+        lo_e = lo if _large(G, max_lower_sets) else dp.min_budget(
+            G, "exact", max_lower_sets=max_lower_sets, time_limit=deadline.left())
         more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad),
                                     EXACT_BISECTION_STEPS, max_lower_sets, deadline,
                                     start=ok if ok is not None else lo_e)
@@ -353,7 +360,7 @@ def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
     budgets = _time_ladder(_ladder(lo, max(lo, hi), LADDER_SIZE))
     found, ok, bad = [], None, hi
     for b in budgets:
-        s = _paper_time(G, "approx", b, max_lower_sets, deadline)
+        s = _paper_time(G, "approx", b, max_lower_sets, deadline)[0]
         if s.schedule.peak <= budget:
             found.append(s)
             ok, bad = b, hi
@@ -363,14 +370,30 @@ def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
 
 
 def _paper_time(G, family, b, max_lower_sets, deadline):
-    """The paper's time-centric DP of `family` at eq. (2) budget `b`, cached per graph."""
-    bound = None
-    if family == "exact":  # the approximate plan at b is a plan of the exact family
+    """The paper's time-centric DP of `family` at eq. (2) budget `b`, cached per graph: a list
+    whose first plan is the DP's optimum. For the exact family it is the DP's whole final
+    front (:func:`dp.time_front`): plans that recompute more and cache less, found by the
+    same pass."""
+    if family == "approx":
+        return [_paper(G, "approx", "time", b, max_lower_sets, deadline)]
+    cache = G.__dict__.setdefault("_paper_cache", {})
+    key = ("front", family, b, max_lower_sets)
+    if key not in cache:
+        # the optimum is monotone in the budget: plans found at budgets <= b bound it from
+        # above (the approximate plan at b is one of them), those at budgets >= b from below
+        done = {k[2]: v[0].overhead for k, v in cache.items()
+                if k[:2] == ("front", family) and k[3] == max_lower_sets}
+        bound = min([o for c, o in done.items() if c <= b], default=None)
+        floor = max([o for c, o in done.items() if c >= b], default=0)
         try:
-            bound = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
+            approx = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
+            bound = approx if bound is None else min(bound, approx)
         except InfeasibleBudgetError:
             pass   # b is below the pruned family's minimal budget
-    return _paper(G, family, "time", b, max_lower_sets, deadline, overhead_bound=bound)
+        cache[key] = dp.time_front(G, b, family, max_lower_sets=max_lower_sets,
+                                   time_limit=deadline.left(), overhead_bound=bound,
+                                   overhead_floor=floor)
+    return cache[key]
 
 
 def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, start=None):
@@ -383,11 +406,14 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
     last budget that fit and the first that did not. Returns (plans that fit, last eq. (2)
     budget that fit or None, first that did not)."""
     found, ok, bad = [], None, hi
+    optimum = {}   # eq. (2) budget probed -> the DP's least overhead there
     b = lo if start is None else min(max(start, lo), hi)
     for _ in range(steps + 1):
-        s = _paper_time(G, family, b, max_lower_sets, deadline)
+        plans = _paper_time(G, family, b, max_lower_sets, deadline)
+        s = plans[0]
+        optimum[b] = s.overhead
+        found += [p for p in plans if p.schedule.peak <= budget]
         if s.schedule.peak <= budget:
-            found.append(s)
             ok = b
         else:
             bad = b
@@ -401,4 +427,9 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
             b = int(math.sqrt(ok * bad))
             if b <= ok or b >= bad:
                 break
+        # plans at a budget below `bad` overhead at least the optimum at `bad` (eq. (1)):
+        # once a plan that fits is within STOP_GAP of it, the next probes stop
+        floor = optimum.get(bad, 0)
+        if found and min(p.overhead for p in found) <= floor + max(1, STOP_GAP * floor):
+            break
     return found, ok, bad
