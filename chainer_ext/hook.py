@@ -153,6 +153,10 @@ class RecomputeHook(chainer.FunctionHook):
         g = strategy.graph
         self._plan = [(e.kind, g.index[e.node], e.outputs) for e in self.schedule.events]
         self._may_recompute = {v for kind, v, _ in self._plan if kind == "recompute"}
+        # the nodes whose forward-made state the hook looks for (a free_state event frees it;
+        # record=True counts its bytes); the others skip scanning their attributes
+        self._state_nodes = (set(range(g.n)) if self.record else
+                             {v for kind, v, _ in self._plan if kind == "free_state"})
         self.events = []
         self.last_iteration = {"discarded": [], "recomputed": [], "freed": []}
         self._reset()
@@ -370,8 +374,9 @@ class RecomputeHook(chainer.FunctionHook):
         self._depth = 1
         self._funcs[j] = function
         self._func_pos[id(function)] = j
-        self._before = array_attr_ids(function, self._types)
-        self._in_ids = {id(a) for a in in_data}
+        if j in self._state_nodes:
+            self._before = array_attr_ids(function, self._types)
+            self._in_ids = {id(a) for a in in_data}
         if j in self._may_recompute:
             self._ext[j] = {p: a for p, a in enumerate(in_data)
                             if self._args[j][p][0] != "node"}
@@ -406,9 +411,11 @@ class RecomputeHook(chainer.FunctionHook):
                 f"function {j} ({name}) returned {sig}, but the strategy's graph has "
                 f"{self._out_sig[j]}; re-trace and re-plan", position=j)
         self._check_wiring(j, f)
-        self._state[j] = tuple(forward_state(
-            f, self._before, self._in_ids | {id(a) for a in outs if a is not None}, self._types))
-        self._before = self._in_ids = None
+        if self._before is not None:
+            self._state[j] = tuple(forward_state(
+                f, self._before, self._in_ids | {id(a) for a in outs if a is not None},
+                self._types))
+            self._before = self._in_ids = None
         for k, a in enumerate(outs):
             if a is not None:
                 self._held[j, k] = a
@@ -500,7 +507,9 @@ class RecomputeHook(chainer.FunctionHook):
             retained = list(retained)
         for k in ks:
             freed.append(self._held.pop((v, k), None))
-            self._spent |= self._readers.get((v, k), set())
+            readers = self._readers.get((v, k))
+            if readers:
+                self._spent |= readers
             node = f.outputs[k]()
             if node is not None:
                 # a consumer retained it for its backward: a recomputation must put it back
