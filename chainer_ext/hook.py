@@ -153,6 +153,11 @@ class RecomputeHook(chainer.FunctionHook):
         g = strategy.graph
         self._plan = [(e.kind, g.index[e.node], e.outputs) for e in self.schedule.events]
         self._may_recompute = {v for kind, v, _ in self._plan if kind == "recompute"}
+        # event i -> the first of Chainer's events at or after i (len(plan) if none)
+        nxt = [len(self._plan)] * (len(self._plan) + 1)
+        for i in range(len(self._plan) - 1, -1, -1):
+            nxt[i] = i if self._plan[i][0] in _CHAINER_KINDS else nxt[i + 1]
+        self._next_chainer = nxt
         # the nodes whose forward-made state the hook looks for (a free_state event frees it;
         # record=True counts its bytes); the others skip scanning their attributes
         self._state_nodes = (set(range(g.n)) if self.record else
@@ -314,7 +319,8 @@ class RecomputeHook(chainer.FunctionHook):
         next recomputation: Chainer holds the arrays of the backward call that just ended until
         it starts the next one, so recomputation waits for that)."""
         plan = self._plan
-        while self._cursor < len(plan) and plan[self._cursor][0] not in _CHAINER_KINDS:
+        end = self._next_chainer[self._cursor]
+        while self._cursor < end:
             kind, v, ks = plan[self._cursor]
             if kind == "recompute" and not recompute:
                 return
@@ -339,16 +345,17 @@ class RecomputeHook(chainer.FunctionHook):
     # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
-        if (self._phase == "done" and not self._depth and chainer.config.enable_backprop
-                and self._starts_step(function, in_data)):
-            self._reset()
-            self._phase = "forward"
-        if self._phase not in ("forward", "done"):
+        phase = self._phase
+        if phase not in ("forward", "done"):
             return   # idle, or a function applied by a backward step
         if self._depth:
             self._depth += 1
             return
-        if self._phase == "done" or not chainer.config.enable_backprop:
+        backprop = _ci.config_entry("enable_backprop")
+        if phase == "done" and backprop and self._starts_step(function, in_data):
+            self._reset()
+            self._phase = phase = "forward"
+        if phase == "done" or not backprop:
             self._depth = 1   # not a node (trace skips these too), or outside a step
             return
         j = self._pos
