@@ -83,6 +83,13 @@ def config_now():
     return now
 
 
+def config_entry(key):
+    """``getattr(chainer.config, key)`` for an entry Chainer defines, read from the thread-local
+    and global dicts (about 0.3 us instead of 1.6 us through ``LocalConfig.__getattr__``)."""
+    local = vars(chainer.config._local)
+    return local[key] if key in local else getattr(chainer.global_config, key)
+
+
 def capture_config():
     """``(key, value)`` pairs of the :data:`CONFIG_KEYS` set now (a missing or None entry is left
     out), for :func:`using_configs`."""

@@ -153,6 +153,15 @@ class RecomputeHook(chainer.FunctionHook):
         g = strategy.graph
         self._plan = [(e.kind, g.index[e.node], e.outputs) for e in self.schedule.events]
         self._may_recompute = {v for kind, v, _ in self._plan if kind == "recompute"}
+        # event i -> the first of Chainer's events at or after i (len(plan) if none)
+        nxt = [len(self._plan)] * (len(self._plan) + 1)
+        for i in range(len(self._plan) - 1, -1, -1):
+            nxt[i] = i if self._plan[i][0] in _CHAINER_KINDS else nxt[i + 1]
+        self._next_chainer = nxt
+        # the nodes whose forward-made state the hook looks for (a free_state event frees it;
+        # record=True counts its bytes); the others skip scanning their attributes
+        self._state_nodes = (set(range(g.n)) if self.record else
+                             {v for kind, v, _ in self._plan if kind == "free_state"})
         self.events = []
         self.last_iteration = {"discarded": [], "recomputed": [], "freed": []}
         self._reset()
@@ -310,7 +319,8 @@ class RecomputeHook(chainer.FunctionHook):
         next recomputation: Chainer holds the arrays of the backward call that just ended until
         it starts the next one, so recomputation waits for that)."""
         plan = self._plan
-        while self._cursor < len(plan) and plan[self._cursor][0] not in _CHAINER_KINDS:
+        end = self._next_chainer[self._cursor]
+        while self._cursor < end:
             kind, v, ks = plan[self._cursor]
             if kind == "recompute" and not recompute:
                 return
@@ -335,16 +345,17 @@ class RecomputeHook(chainer.FunctionHook):
     # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
-        if (self._phase == "done" and not self._depth and chainer.config.enable_backprop
-                and self._starts_step(function, in_data)):
-            self._reset()
-            self._phase = "forward"
-        if self._phase not in ("forward", "done"):
+        phase = self._phase
+        if phase not in ("forward", "done"):
             return   # idle, or a function applied by a backward step
         if self._depth:
             self._depth += 1
             return
-        if self._phase == "done" or not chainer.config.enable_backprop:
+        backprop = _ci.config_entry("enable_backprop")
+        if phase == "done" and backprop and self._starts_step(function, in_data):
+            self._reset()
+            self._phase = phase = "forward"
+        if phase == "done" or not backprop:
             self._depth = 1   # not a node (trace skips these too), or outside a step
             return
         j = self._pos
@@ -370,8 +381,9 @@ class RecomputeHook(chainer.FunctionHook):
         self._depth = 1
         self._funcs[j] = function
         self._func_pos[id(function)] = j
-        self._before = array_attr_ids(function, self._types)
-        self._in_ids = {id(a) for a in in_data}
+        if j in self._state_nodes:
+            self._before = array_attr_ids(function, self._types)
+            self._in_ids = {id(a) for a in in_data}
         if j in self._may_recompute:
             self._ext[j] = {p: a for p, a in enumerate(in_data)
                             if self._args[j][p][0] != "node"}
@@ -406,9 +418,11 @@ class RecomputeHook(chainer.FunctionHook):
                 f"function {j} ({name}) returned {sig}, but the strategy's graph has "
                 f"{self._out_sig[j]}; re-trace and re-plan", position=j)
         self._check_wiring(j, f)
-        self._state[j] = tuple(forward_state(
-            f, self._before, self._in_ids | {id(a) for a in outs if a is not None}, self._types))
-        self._before = self._in_ids = None
+        if self._before is not None:
+            self._state[j] = tuple(forward_state(
+                f, self._before, self._in_ids | {id(a) for a in outs if a is not None},
+                self._types))
+            self._before = self._in_ids = None
         for k, a in enumerate(outs):
             if a is not None:
                 self._held[j, k] = a
@@ -500,7 +514,9 @@ class RecomputeHook(chainer.FunctionHook):
             retained = list(retained)
         for k in ks:
             freed.append(self._held.pop((v, k), None))
-            self._spent |= self._readers.get((v, k), set())
+            readers = self._readers.get((v, k))
+            if readers:
+                self._spent |= readers
             node = f.outputs[k]()
             if node is not None:
                 # a consumer retained it for its backward: a recomputation must put it back

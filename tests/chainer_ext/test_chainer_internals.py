@@ -47,3 +47,11 @@ def test_config_now_is_what_getattr_returns_for_every_entry():
         keys = set(vars(chainer.global_config)) | set(vars(chainer.config._local))
         assert {k: now[k] for k in keys} == {k: getattr(chainer.config, k) for k in keys}
         assert now["train"] is False and now["extra_entry"] == 3
+
+
+def test_config_entry_is_what_getattr_returns():
+    for key in ("enable_backprop", "train", "dtype"):
+        assert _ci.config_entry(key) is getattr(chainer.config, key)
+    with chainer.no_backprop_mode(), chainer.using_config("train", False):
+        assert _ci.config_entry("enable_backprop") is False
+        assert _ci.config_entry("train") is False

@@ -141,3 +141,24 @@ def test_generated_nets_follow_their_schedule(program, data):
     plans = [g, lowerset.min_peak(g, "approx"), data.draw(canonical_strategies(g))]
     for plan in plans:
         _check(g, plan, model, x, t, lossfn, ref, repr(plan))
+
+
+@pytest.mark.parametrize("name", ["resnet", "dropout", "inception"])
+def test_a_hook_that_does_not_record_frees_the_same_state(name, monkeypatch):
+    """Without record=True the hook looks for forward-made state only on the nodes with a
+    free_state event; each free_state frees the same attributes as a recording hook's."""
+    model, x, t, lossfn = make(name)
+    with chainer.using_config("train", True):
+        g = trace(lambda: lossfn(model, x, t))
+    s = lowerset.solve(g, model="paper", mode="memory")
+    freed = {}
+    orig = RecomputeHook._free_state
+
+    def spy(self, v):
+        freed.setdefault(self.record, []).append((v, self._state[v]))
+        return orig(self, v)
+    monkeypatch.setattr(RecomputeHook, "_free_state", spy)
+    results = [step(clone(model), x, t, lossfn, RecomputeHook(s, record=r)) for r in (True, False)]
+    assert_same(*results)
+    assert freed[False] == freed[True]
+    assert any(names for _, names in freed[True])
