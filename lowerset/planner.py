@@ -9,15 +9,18 @@ without the dropped values no backward step reads).
 
 :func:`pareto` builds a pool of canonical strategies and keeps the trade-off front of (overhead,
 peak); :func:`min_peak` is its least peak. The pool holds the strategy [V] (no recomputation),
-Chen's sqrt(n), and the paper's DP at a ladder of eq. (2) budgets from its minimal budget to the
-eq. (2) peak of [V], in both modes: the time-centric DP gives the fine partitions and the
-memory-centric one the coarse partitions that liveness analysis favours (the "trial and error"
-of Sec. 4.4, done with the schedule). :func:`solve` takes the least overhead on that front within
-the budget, then searches the time-centric DP's eq. (2) budget for the largest one whose plan
-still fits the device budget (its overhead decreases as the eq. (2) budget grows): the ladder
-and a bisection above its largest fitting budget over the pruned family, then (exact) a descent
-from that answer over all lower sets.
-These are searches, not an optimum over all lower-set sequences.
+Chen's sqrt(n), the plan of least eq. (2) peak (:func:`lowerset.min_budget`), and the paper's DP
+at a ladder of eq. (2) budgets from its minimal budget to the eq. (2) peak of [V], in both
+modes: the time-centric DP gives the fine partitions and the memory-centric one the coarse
+partitions that liveness analysis favours (the "trial and error" of Sec. 4.4, done with the
+schedule). The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it
+only when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
+about a second. :func:`solve` takes the least overhead on that front within the budget, then
+searches the time-centric DP's eq. (2) budget for the largest one whose plan still fits the
+device budget (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection
+above its largest fitting budget over the pruned family, then (exact) a descent from that answer
+over all lower sets, where every plan on the DP's final front (:func:`lowerset.dp.time_front`)
+is a candidate. These are searches, not an optimum over all lower-set sequences.
 """
 
 import math
@@ -331,9 +334,10 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     at the largest eq. (2) budget whose approximate plan fit (the exact plan there recomputes
     no more and usually peaks close to it): up from there when the exact plan fits, else down
     (by at least :data:`DESCENT` per step, below each failing plan's own eq. (2) peak) until one
-    fits, then by bisection. Each exact DP call is bounded by the approximate plan's overhead at
-    the same eq. (2) budget (a plan of the exact family too), which ends its iterative deepening
-    there."""
+    fits, then by bisection, not below the exact minimal budget (the pruned family's when the
+    family is too large for the pool: its exact minimal budget costs several DP passes). Each
+    exact DP call's iterative deepening is bounded by the optima already found
+    (:func:`_paper_time`)."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
     found, ok, bad = _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline)

@@ -250,6 +250,48 @@ def test_approx_equals_bruteforce_on_its_family(g):
     check_against_bruteforce(g, "approx")
 
 
+def _cached_bytes(g, seq):
+    """M(U_k): the bytes of every boundary of the sequence, by definition (Sec. 3)."""
+    U = set()
+    for L in seq:
+        U |= {v for v, w in g.edges if v in L and w not in L}
+    return sum(int(g.memory[g.index[v]]) for v in U)
+
+
+@settings(max_examples=examples(1.5))
+@given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
+def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(g, data):
+    """dp.time_front lists, for overheads up to its deepening's last cap, exactly the sequences
+    within B not dominated in (overhead, M(U)) (one per overhead), the first of them solve's
+    optimum."""
+    seqs = all_sequences(g)
+    B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
+    if brute_time_centric(g, B, sequences=seqs) is None:
+        with pytest.raises(ls.InfeasibleBudgetError):
+            ls.dp.time_front(g, B)
+        return
+    front = ls.dp.time_front(g, B)
+    for s in front:
+        check_strategy(g, s, B, "time", "exact")
+    got = [(s.overhead, _cached_bytes(g, s.lower_sets)) for s in front]
+    least = {}
+    for t, peak, seq in seqs:
+        if peak <= B:
+            least[t] = min(least.get(t, peak + 10**9), _cached_bytes(g, seq))
+    expected, best = [], None
+    for t in sorted(least):
+        if best is None or least[t] < best:
+            best = least[t]
+            expected.append((t, best))
+    optimum = brute_time_centric(g, B, sequences=seqs)
+    # the iterative deepening's caps are 4, 16, 64, ...: the front ends at the first >= optimum
+    cap = ls.dp._FIRST_TCAP
+    while cap < optimum:
+        cap *= 4
+    assert got == [p for p in expected if p[0] <= cap]
+    assert got[0][0] == optimum == ls.dp.solve(g, B).overhead
+
+
 @settings(max_examples=examples(1))
 @given(dags(max_nodes=7), st.data())
 def test_approx_never_beats_exact(g, data):
