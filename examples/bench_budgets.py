@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from chainer_ext import RecomputeHook, peak_memory, trace
+    from chainer_ext import RecomputeHook, peak_memory
     import chainer
 
 import numpy as np  # noqa: E402
@@ -103,11 +103,7 @@ def same(a, b):
 def run_network(name, methods, n_budgets, legacy):
     batch, size = PRESETS["cpu"][name]
     net = NETWORKS[name]
-    np.random.seed(0)
-    model = net.build(size)
-    x, t = net.make_batch(batch, size)
-    with chainer.using_config("train", True):
-        g = trace(lambda: net.loss(model, x, t))
+    model, x, t, g = net.traced(batch, size)
     resident = g.facts.resident
     plain = lowerset.schedule(g).peak
     ref, plain_meas = run_step(net, model, x, t, None)

@@ -200,11 +200,7 @@ def memory_row(step, model, ref, hook, s):
 
 def bench(name, batch, size, repeats, methods, time_limit):
     net = NETWORKS[name]
-    np.random.seed(0)
-    model = net.build(size)
-    x, t = net.make_batch(batch, size)
-    with chainer.using_config("train", True):
-        g = trace(lambda: net.loss(model, x, t))
+    model, x, t, g = net.traced(batch, size)
     fwd_s = forward_seconds(net, model, x, t, g)
     configs, notes = configurations(g, methods, time_limit)
     steps = [make_step(net, model, x, t, h) for _, h, _ in configs]

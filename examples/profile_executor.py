@@ -37,10 +37,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import chainer
 
-import numpy as np  # noqa: E402
-
 import lowerset  # noqa: E402
-from chainer_ext import LivenessHook, RecomputeHook, trace  # noqa: E402
+from chainer_ext import LivenessHook, RecomputeHook  # noqa: E402
 from examples.bench_executor import CPU_PRESET, make_step  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
 
@@ -157,11 +155,8 @@ def main(argv=None):
     p.add_argument("--pyinstrument", action="store_true", help="also print pyinstrument's tree")
     a = p.parse_args(argv)
     net, pre = NETWORKS[a.net], CPU_PRESET[a.net]
-    np.random.seed(0)
-    model = net.build(pre["size"])
-    x, t = net.make_batch(pre["batch"], pre["size"])
+    model, x, t, g = net.traced(pre["batch"], pre["size"])
     with chainer.using_config("train", True):
-        g = trace(lambda: net.loss(model, x, t))
         classes = function_classes(net.loss(model, x, t))
     hook, meter = make_hook(g, a.mode, a.method), Meter()
     meter.wrap_callbacks(hook)

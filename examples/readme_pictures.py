@@ -29,8 +29,6 @@ with warnings.catch_warnings():
     import chainer_ext
     import chainer
 
-import numpy as np  # noqa: E402
-
 import lowerset  # noqa: E402
 from lowerset import plot  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
@@ -46,15 +44,12 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
 
     net = NETWORKS["resnet50"]
-    np.random.seed(0)
-    model = net.build((64, 64))
-    x, t = net.make_batch(8, (64, 64))
+    model, x, t, g = net.traced(8, (64, 64))
 
     def loss():
         with chainer.using_config("train", True):
             return net.loss(model, x, t)
 
-    g = chainer_ext.trace(loss)
     plain = lowerset.schedule(g).peak
     least = lowerset.min_peak(g, "approx").schedule.peak
     budget = least + (plain - least) // 4  # close to the least peak: the plan recomputes

@@ -105,6 +105,31 @@ class Network:
         t = rng.randint(0, self.n_class, self.label_shape(batch, (h, w))).astype(numpy.int32)
         return xp.asarray(x), xp.asarray(t)
 
+    def traced(self, batch, size=None, seed=0):
+        """Build a model, draw a batch and trace one training step on the CPU.
+
+        NumPy's global generator is seeded with `seed` before the model is built, so every
+        script gets the same weights for the same network and size.
+
+        Returns
+        -------
+        model : chainer.Chain
+        x, t : ndarray
+            As :meth:`make_batch`.
+        graph : lowerset.Graph
+            ``chainer_ext.trace`` of :meth:`loss` with ``chainer.config.train = True``, with
+            its execution facts (bytes measured on this step).
+        """
+        import chainer
+        from chainer_ext import trace
+
+        numpy.random.seed(seed)
+        model = self.build(size)
+        x, t = self.make_batch(batch, size)
+        with chainer.using_config("train", True):
+            graph = trace(lambda: self.loss(model, x, t))
+        return model, x, t, graph
+
     def loss(self, model, x, t):
         """Return the scalar training loss ``Variable`` of ``model`` on ``(x, t)``.
 
