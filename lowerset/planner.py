@@ -51,8 +51,8 @@ LADDER_SIZE = 24
 BISECTION_STEPS = 8
 EXACT_BISECTION_STEPS = 4
 DESCENT = 0.85
-#: The search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one cost
-#: unit or this fraction above the least overhead its further probes could reach.
+#: The exact search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one
+#: cost unit or this fraction above the least overhead its further probes could reach.
 STOP_GAP = 0.02
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
@@ -432,8 +432,9 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
             if b <= ok or b >= bad:
                 break
         # plans at a budget below `bad` overhead at least the optimum at `bad` (eq. (1)):
-        # once a plan that fits is within STOP_GAP of it, the next probes stop
+        # once a plan that fits is within STOP_GAP of it, the exact probes (seconds each) stop
         floor = optimum.get(bad, 0)
-        if found and min(p.overhead for p in found) <= floor + max(1, STOP_GAP * floor):
+        if (family == "exact" and found
+                and min(p.overhead for p in found) <= floor + max(1, STOP_GAP * floor)):
             break
     return found, ok, bad
