@@ -412,8 +412,8 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     (overhead, cached bytes); each is a canonical strategy within `budget`. The first has the
     least overhead (the result of :func:`solve`); the others recompute more and cache less,
     which a schedule with liveness analysis may turn into a lower peak. The iterative deepening
-    stops at the first overhead cap that reaches V, so the front holds the states up to that
-    cap (at most four times the least overhead, or `overhead_bound`).
+    (caps 4, 16, 64, ... cost units, at most `overhead_bound`) stops at the first cap that
+    reaches V, so the front holds the states up to that cap.
 
     Parameters, errors and references as :func:`solve`; `budget` is required.
     `overhead_floor` (cost units) is an overhead no strategy within `budget` goes below (the
