@@ -51,8 +51,8 @@ LADDER_SIZE = 24
 BISECTION_STEPS = 8
 EXACT_BISECTION_STEPS = 4
 DESCENT = 0.85
-#: The exact search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one
-#: cost unit or this fraction above the least overhead its further probes could reach.
+#: The search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one cost
+#: unit or this fraction above the least overhead its further probes could reach.
 STOP_GAP = 0.02
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
@@ -410,17 +410,16 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
     last budget that fit and the first that did not. Returns (plans that fit, last eq. (2)
     budget that fit or None, first that did not)."""
     found, ok, bad = [], None, hi
-    optimum = {}   # eq. (2) budget probed -> the DP's least overhead there
+    floor = 0   # the DP's least overhead at `bad` (plans below `bad` overhead at least this)
     b = lo if start is None else min(max(start, lo), hi)
     for _ in range(steps + 1):
         plans = _paper_time(G, family, b, max_lower_sets, deadline)
         s = plans[0]
-        optimum[b] = s.overhead
         found += [p for p in plans if p.schedule.peak <= budget]
         if s.schedule.peak <= budget:
             ok = b
         else:
-            bad = b
+            bad, floor = b, s.overhead
         if ok is None:
             if b <= lo:
                 break
@@ -431,10 +430,8 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
             b = int(math.sqrt(ok * bad))
             if b <= ok or b >= bad:
                 break
-        # plans at a budget below `bad` overhead at least the optimum at `bad` (eq. (1)):
-        # once a plan that fits is within STOP_GAP of it, the exact probes (seconds each) stop
-        floor = optimum.get(bad, 0)
-        if (family == "exact" and found
-                and min(p.overhead for p in found) <= floor + max(1, STOP_GAP * floor)):
+        # once a plan that fits is within STOP_GAP of `floor` (eq. (1)), the probes stop: the
+        # next ones could not do much better
+        if found and min(p.overhead for p in found) <= floor + max(1, STOP_GAP * floor):
             break
     return found, ok, bad
