@@ -353,8 +353,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
-    fstart, fend, ft, fm, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
-                                                  overhead_bound)
+    fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
+                                              overhead_bound)
     last = fam.sets.shape[0] - 1
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
@@ -364,9 +364,9 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
 
 def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhead_floor=0):
     """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
-    reached; returns the front arrays (see :func:`_kernels.dp_fronts`). Time-centric: the
-    iterative deepening starts at twice `overhead_floor` (an overhead no strategy within
-    `budget` goes below) and stops at `overhead_bound`."""
+    reached; returns the arrays (fstart, fend, ft, fpa, fpe) of :func:`_kernels.dp_fronts`.
+    Time-centric: the iterative deepening starts at twice `overhead_floor` (an overhead no
+    strategy within `budget` goes below) and stops at `overhead_bound`."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -390,7 +390,7 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhe
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
-    return fstart, fend, ft, fm, fpa, fpe
+    return fstart, fend, ft, fpa, fpe
 
 
 def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
@@ -431,8 +431,8 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     deadline = _limits.Deadline(check_time_limit(time_limit))
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
-    fstart, fend, ft, fm, fpa, fpe = _final_front(G, fam, budget, False, deadline,
-                                                  overhead_bound, overhead_floor)
+    fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, False, deadline,
+                                              overhead_bound, overhead_floor)
     last = fam.sets.shape[0] - 1
     return [_strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode="time", budget=budget,
                       planner_seconds=deadline.elapsed())
