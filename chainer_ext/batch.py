@@ -629,7 +629,9 @@ def _search(loss_fn, limit, planner, method, params, traced, max_batch, max_step
 
     def peak(b):
         if b not in predictions:
-            predictions[b] = least_peak(graph(b), limit, planner, method)
+            # a callable planner's least peak is that of its one plan: plan once per batch
+            predictions[b] = (planned(b)[1] if callable(planner) else
+                              least_peak(graph(b), limit, planner, method))
         return predictions[b]
 
     def fits(b):

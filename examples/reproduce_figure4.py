@@ -13,11 +13,12 @@ next batch) for four methods:
 - **Ours**: ``lowerset.solve(graph, budget=cap)``, the least recomputation whose whole-step
   schedule fits the cap.
 
-It then times training iterations (warm-up, then the median of ``--repeat``) of every method at
-the batch sizes of the plot, up to its largest: Vanilla at a smaller batch and at its largest;
-the recomputation methods above Vanilla's largest batch, at each method's largest batch that
-does not exceed their own. Outputs (``--out``, default ``results/``): ``figure4.png`` (one panel per
-network in the paper's layout: runtime per iteration against batch size, Vanilla's largest batch
+It then times training iterations (the median of ``--repeat``, after a warm-up on the GPU) of
+every method at the batch sizes of the plot, up to its largest: Vanilla at its largest (GPU
+preset: six points up to it); the recomputation methods above Vanilla's largest batch, at each
+method's largest batch that does not exceed their own (GPU preset: and six points across their
+range). Outputs (``--out``, default ``results/``): ``figure4.png`` (one panel per network in the
+paper's layout: runtime per iteration against batch size, Vanilla's largest batch
 as a dashed line and its per-sample time times the batch dotted), ``figure4.md`` and ``figure4.json``.
 
 What "fits" means: on a GPU, CuPy's memory pool is limited to the cap and a step fits if it does
@@ -30,19 +31,20 @@ of largest batches is well below the GPU's.
 
 Presets
 -------
-``cpu`` (default; about 10 minutes on 2 idle cores): reduced resolutions and one cap per network.
-ResNet50, ResNet152 and DenseNet161 end in global average pooling and run at 64x64; GoogLeNet
-(7x7 average pooling) and VGG19 (fully connected 7x7x512 head) need 224x224; PSPNet runs at
-241x241, its smallest input whose feature map still pools to 6/3/2/1; U-Net at 188x188, its
-smallest valid input. Each cap is the network's parameters, parameter gradients and measured
-workspace floor plus the plain step's activations of about 2.5 samples at that resolution (from
-traces at batch 2 and 4 on the CI machine kind), so Vanilla's largest batch is 2, as PSPNet's in
-the paper, with half a sample of slack against measurement noise. PSPNet is the exception: a
-step takes about 4 s per sample on 2 cores, so its cap holds about 1.5 samples (Vanilla's
-largest batch is 1). The caps range from 226 MB (ResNet50) to 2.02 GB (VGG19, whose parameters
-and their gradients alone take 1.15 GB). A larger
-cap gives larger batches and longer iterations; this one keeps every network's iterations under
-a few seconds on 2 cores. ``--cap`` overrides it.
+``cpu`` (default; 15 minutes on 2 idle cores): reduced resolutions and one cap per network.
+ResNet50, ResNet152 and DenseNet161 end in global average pooling and run at 64x64; GoogLeNet (7x7
+average pooling) and VGG19 (fully connected 7x7x512 head) need 224x224; PSPNet runs at 97x97, whose
+13x13 feature map still pools to 6/3/2/1; U-Net at 188x188, its smallest valid input. Each cap is
+the network's parameters, parameter gradients and measured workspace floor plus the plain step's
+activations of about 2.5 samples at that resolution (from traces at batch 2 and 4 on the CI machine
+kind), so Vanilla's largest batch is 2, as PSPNet's in the paper, with half a sample of slack
+against measurement noise. PSPNet is the exception: a plain step takes about 2 s per sample on 2
+cores, and a cap of 2.5 samples would time it at batches near 10; its cap holds about 1.5 samples
+(Vanilla's largest batch is 1). The caps range from 226 MB (ResNet50) to 2.02 GB (VGG19, whose
+parameters and their gradients alone take 1.15 GB). A larger cap gives larger batches and longer
+iterations; this one keeps every network's iterations under a few seconds on 2 cores. ``--cap``
+overrides it. On the CPU the timed iterations have no warm-up: the first hooked or plain step at a
+batch size takes no longer than the next ones (nothing is compiled or cached between steps).
 
 ``gpu``: the paper's 11.4 GB cap (K40c), inputs (224x224, 572x572 U-Net, 713x713 PSPNet) and
 timing points spread over each method's whole range, 4 repeats as in the paper.
@@ -116,15 +118,15 @@ PAPER = {
 #: Presets: network -> (input side, cap in bytes); plus timing and planner settings.
 PRESETS = {
     "cpu": {
-        "networks": {"pspnet": (241, 1_574 * MB), "unet": (188, 812 * MB),
+        "networks": {"pspnet": (97, 718 * MB), "unet": (188, 812 * MB),
                      "resnet50": (64, 226 * MB), "resnet152": (64, 522 * MB),
                      "vgg19": (224, 2_020 * MB), "densenet161": (64, 290 * MB),
                      "googlenet": (224, 261 * MB)},
-        "repeat": 3, "points": "few", "ours_method": "approx", "max_batch": 512,
+        "repeat": 3, "warmup": 0, "points": "few", "ours_method": "approx", "max_batch": 512,
     },
     "gpu": {
         "networks": {name: (net.input_size[0], 11_400 * MB) for name, net in NETWORKS.items()},
-        "repeat": 4, "points": "range", "ours_method": "exact", "max_batch": 1024,
+        "repeat": 4, "warmup": 1, "points": "range", "ours_method": "exact", "max_batch": 1024,
     },
 }
 
@@ -162,14 +164,16 @@ def _sync(device):
         cupy.cuda.get_current_stream().synchronize()
 
 
-def time_iteration(model, loss_fn, b, strategy, repeat, device):
-    """Median seconds of `repeat` training iterations at batch `b` (after one warm-up)."""
+def time_iteration(model, loss_fn, b, strategy, repeat, device, warmup=1):
+    """Median seconds of `repeat` training iterations at batch `b`, after `warmup` untimed
+    ones."""
     def step():
         model.cleargrads()
         hook = contextlib.nullcontext() if strategy is None else RecomputeHook(strategy)
         with hook:
             loss_fn(b).backward()
-    step()
+    for _ in range(warmup):
+        step()
     times = []
     for _ in range(repeat):
         gc.collect()
@@ -189,7 +193,7 @@ def timing_points(largest, key, preset):
     if key == "vanilla":
         if preset["points"] == "range":
             return sorted({max(1, round(top * i / 6)) for i in range(1, 7)})
-        return sorted({max(1, top // 2), top})
+        return [top]
     pts = {b for b in largest.values() if bv < b <= top} | {top}
     if preset["points"] == "range":
         pts |= {bv + max(1, round((top - bv) * i / 6)) for i in range(1, 7) if top > bv}
@@ -262,7 +266,7 @@ def run_network(name, size, cap, keys, preset, device, repeat, progress):
                 s = out["methods"][key]["strategy"]
             else:
                 s = plan_at(key, extrapolate(traced, b), cap, preset["ours_method"])
-            med, times = time_iteration(model, loss_fn, b, s, repeat, device)
+            med, times = time_iteration(model, loss_fn, b, s, repeat, device, preset["warmup"])
             rows.append({"batch": b, "time_s": med, "times_s": times,
                          "per_sample_ms": 1000 * med / b,
                          "recompute_cost": None if s is None else s.schedule.recompute_cost})
@@ -441,7 +445,8 @@ def main(argv=None):
     md = (f"# Figure 4 reproduction ({a.preset} preset, {a.device})\n\n"
           f"Machine: {machine_line(info)}; load average {load0[0]:.1f} at the start, "
           f"{load1[0]:.1f} at the end.\n\nCommand: `{command}`; total {elapsed:.0f} s; "
-          f"medians of {repeat} iterations after a warm-up.\n\n{table}\n\n"
+          f"medians of {repeat} iterations"
+          f"{' after a warm-up' if preset['warmup'] else ''}.\n\n{table}\n\n"
           "Wall time per network: " + ", ".join(f"{r['network']} {r['elapsed_s']:.0f} s"
                                                 for r in results) + ".\n")
     out = pathlib.Path(a.out)
