@@ -147,12 +147,14 @@ class TestMaxBatchSizeCPU:
         calls = []
 
         def paper_time_centric(graph, limit):
-            calls.append(graph.n)
+            calls.append(graph.facts.resident)  # the inputs' bytes: one value per batch size
             eq2 = limit - graph.facts.resident - graph.param_bytes
             return lowerset.solve(graph, eq2, model="paper", mode="time", method="approx")
 
         r = max_batch_size(loss_fn, LIMIT, paper_time_centric, traced=traced)
         assert calls and r.planner == "paper_time_centric"
+        # the search plans each batch size once: the prediction and the real runs share plans
+        assert len(calls) == len(set(calls))
         assert r.strategy is not None and r.strategy.mode == "time"
         assert r.measured_peak <= LIMIT
 
