@@ -32,6 +32,7 @@ from . import dp
 from .baselines import chen_sqrtn
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
+from .refine import refine
 from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
 
@@ -193,6 +194,8 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
     if key not in cache:
         deadline = _Deadline(time_limit)
         front = _front(_pool(G, method, max_lower_sets, deadline))
+        if method == "exact":
+            front = _front(front + [refine(G, front[-1], deadline=deadline.left)])
         elapsed = time.perf_counter() - deadline.start
         for s in front:
             s.planner_seconds = elapsed
@@ -319,8 +322,11 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
     if fits[0].schedule.recompute_cost == 0:
         return fits[0]
     found = _bisect(G, budget, method, max_lower_sets, deadline)
-    _merge(G, method, max_lower_sets, found)
     best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    if method == "exact":
+        found.append(refine(G, best, budget, deadline=deadline.left))
+        best = min([best, found[-1]], key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    _merge(G, method, max_lower_sets, found)
     best.planner_seconds = time.perf_counter() - deadline.start
     return best
 
