@@ -7,10 +7,20 @@ move away from a DP plan can peak lower or recompute less. :func:`refine` search
 A lower-set sequence L_1 ⊊ ... ⊊ L_k = V is written as a segment index per node,
 ``seg[v] = i`` for v ∈ V_i = L_i ∖ L_{i-1} (0-based), monotone along every edge
 (u → v implies ``seg[u] <= seg[v]``); every such labelling with no empty segment is a sequence
-and back. A move takes one node to the segment before or after its own, or to a new segment
-of its own just before or after its segment, where its predecessors and successors allow.
-(Merging two adjacent segments, tried as a further move, improved none of 1,600 random local
-optima and none of the traced networks' plans.)
+and back. The moves from a labelling:
+
+- one node to the segment before or after its own, or to a new segment of its own just before
+  or after its segment, where its predecessors and successors allow;
+- *drop* a kept node v that may be dropped: v, its successors and everything of v's segment or
+  later they descend from go to a new segment just before v's (v then shares its segment with
+  all its successors, so it is dropped unless that segment is the last);
+- *keep* a dropped node v: for each successor w, w and what descends from it in v's segment go
+  to a new segment just after it (v is then on the boundary ∂(L_i)).
+
+The drop move reaches plans that no single-node move does: from [V], a node is dropped only
+when its successors share a segment that is not the last. (Merging two adjacent segments,
+tried as a further move, improved none of 1,600 random local optima and none of the traced
+networks' plans.)
 
 The schedule, hence the peak and the overhead, depends only on the dropped nodes (``V_i ∖
 ∂(L_i)`` for ``i < k``, :func:`lowerset.scheduling.dropped_nodes`), so each distinct dropped set
@@ -118,13 +128,55 @@ def _node_moves(graph, seg, sizes, v):
             yield _relabel(seg2)
 
 
-def _moves(graph, seg, start):
+def _closure(ptr, idx, seeds, inside):
+    """Node ids reachable from `seeds` along the CSR adjacency (ptr, idx) through nodes where
+    `inside` is true (the seeds included), as a bool mask."""
+    seen = np.zeros(inside.shape[0], dtype=bool)
+    stack = [int(u) for u in seeds if inside[u]]
+    seen[stack] = True
+    while stack:
+        u = stack.pop()
+        for w in idx[ptr[u]:ptr[u + 1]]:
+            if inside[w] and not seen[w]:
+                seen[w] = True
+                stack.append(int(w))
+    return seen
+
+
+def _drop_move(graph, seg, v):
+    """Node `v` with its successors in a new segment just before `v`'s own, with everything
+    of that segment or later they descend from: `v` can then be dropped."""
+    s = int(seg[v])
+    succs = graph.succ_idx[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]
+    pulled = _closure(graph.pred_ptr, graph.pred_idx, [v, *succs], seg >= s)
+    seg2 = 2 * seg
+    seg2[pulled] = 2 * s - 1
+    return _relabel(seg2)
+
+
+def _keep_moves(graph, seg, v):
+    """For each successor w of a dropped node `v`: w, with what descends from it in `v`'s
+    segment, in a new segment just after it: `v` is then a boundary node, kept."""
+    s = int(seg[v])
+    for w in graph.succ_idx[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]:
+        pushed = _closure(graph.succ_ptr, graph.succ_idx, [w], seg == s)
+        seg2 = 2 * seg
+        seg2[pushed] = 2 * s + 1
+        yield _relabel(seg2)
+
+
+def _moves(graph, seg, dropped, droppable, start):
     """Every move, from node `start` on (cyclically); yields (labelling, node moved)."""
     sizes = np.bincount(seg)
     for j in range(graph.n):
         v = (start + j) % graph.n
         for seg2 in _node_moves(graph, seg, sizes, v):
             yield seg2, v
+        if dropped[v]:
+            for seg2 in _keep_moves(graph, seg, v):
+                yield seg2, v
+        elif droppable[v]:
+            yield _drop_move(graph, seg, v), v
 
 
 def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, deadline=None):
@@ -165,7 +217,7 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     best = key(*run(seg))
     start, changed = 0, False
     while len(run.memo) < max_evaluations:
-        for seg2, v in _moves(graph, seg, start):
+        for seg2, v in _moves(graph, seg, run.dropped(seg), run.droppable, start):
             if deadline is not None:
                 deadline()
             k2 = key(*run(seg2))

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
-from lowerset.refine import refine
+from lowerset.refine import _moves, _Scheduler, refine, segment_labels, strategy_of_labels
 
 from facts_strategies import canonical_strategies, graphs_with_facts
 from schedule_reference import events as reference_events
@@ -28,25 +28,57 @@ def _key(budget, peak, cost):
     return (0, cost, peak) if peak <= budget else (1, peak, cost)
 
 
+def _reach(start, step, allowed):
+    """Nodes reachable from `start` (included) by `step` through `allowed`."""
+    seen, stack = set(), [v for v in start if v in allowed]
+    while stack:
+        v = stack.pop()
+        if v not in seen:
+            seen.add(v)
+            stack += [w for w in step[v] if w in allowed]
+    return seen
+
+
 def _neighbours(strategy):
-    """Every sequence one move away, written with sets: a node to the segment before or after
-    its own or to a new segment of its own beside it; those that are not lower-set sequences
-    are left out."""
+    """Every sequence one move away, written with sets; those that are not lower-set
+    sequences are left out. A move takes a node
+
+    - to the segment before or after its own, or to a new segment of its own beside it;
+    - (a kept node that could be dropped) with its successors and what they descend from in its
+      segment or later, to a new segment just before its own;
+    - (a dropped node, for each successor w) w and what descends from w in its segment to a new
+      segment just after it."""
+    g = strategy.graph
+    preds = {v: set() for v in g.labels}
+    succs = {v: set() for v in g.labels}
+    for u, w in g.edges:
+        preds[w].add(u)
+        succs[u].add(w)
+    never = {g.labels[v] for v, _ in g.facts.returned}
+    never |= {g.labels[v] for v, nf in enumerate(g.facts.nodes) if nf.pinned}
     segs = [set(s) for s in strategy.segments]
     out = []
     for i, seg in enumerate(segs):
+        lower = set().union(*segs[:i + 1])
         for v in seg:
             rest = [set(s) for s in segs]
             rest[i].discard(v)
-            cands = []
             if i > 0:
-                cands.append(rest[:i - 1] + [rest[i - 1] | {v}] + rest[i:])
+                out.append(rest[:i - 1] + [rest[i - 1] | {v}] + rest[i:])
             if i + 1 < len(segs):
-                cands.append(rest[:i + 1] + [rest[i + 1] | {v}] + rest[i + 2:])
+                out.append(rest[:i + 1] + [rest[i + 1] | {v}] + rest[i + 2:])
             if len(seg) > 1:
-                cands.append(rest[:i] + [{v}] + rest[i:])
-                cands.append(rest[:i + 1] + [{v}] + rest[i + 1:])
-            out += cands
+                out.append(rest[:i] + [{v}] + rest[i:])
+                out.append(rest[:i + 1] + [{v}] + rest[i + 1:])
+            dropped = i + 1 < len(segs) and succs[v] and succs[v] <= lower and v not in never
+            if dropped:
+                for w in succs[v]:
+                    moved = _reach([w], succs, seg)
+                    out.append(segs[:i] + [seg - moved, moved] + segs[i + 1:])
+            elif succs[v] and v not in never:
+                later = set().union(*segs[i:])
+                moved = _reach([v, *succs[v]], preds, later)
+                out.append(segs[:i] + [moved] + [s - moved for s in segs[i:]])
     valid = []
     for cand in out:
         cand = [s for s in cand if s]
@@ -66,6 +98,22 @@ def _check_local_optimum(g, start, budget):
     assert _key(budget, *got) <= _key(budget, *_measure(start))
     best = min((_key(budget, *_measure(s)) for s in _neighbours(again)), default=None)
     assert best is None or best >= _key(budget, *got)
+
+
+def _sequence(strategy):
+    return tuple(frozenset(L) for L in strategy.lower_sets)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_moves_are_the_naive_neighbourhood(data):
+    g = data.draw(graphs_with_facts(min_nodes=2, max_nodes=7) | dags(min_nodes=2, max_nodes=8))
+    start = data.draw(canonical_strategies(g))
+    seg = segment_labels(start)
+    run = _Scheduler(g)
+    moves = {_sequence(strategy_of_labels(g, seg2))
+             for seg2, _ in _moves(g, seg, run.dropped(seg), run.droppable, 0)}
+    assert moves == {_sequence(s) for s in _neighbours(start)}
 
 
 @settings(max_examples=60, deadline=None)
@@ -96,12 +144,12 @@ def test_refine_by_hand():
         assert ls.CanonicalStrategy(g, seq).schedule.peak == 70
     for seq in ([{0, 1}, V], [{0, 1}, {0, 1, 2}, V]):
         assert ls.CanonicalStrategy(g, seq).schedule.peak == 60
-    # from [{0, 1, 2}, V] (70 bytes, recomputes 0 and 1) moves lead to one of them
-    r = refine(g, ls.CanonicalStrategy(g, [{0, 1, 2}, V]))
-    assert r.lower_sets[0] == {0, 1} and len(r.lower_sets) <= 3
-    assert (r.schedule.peak, r.schedule.recomputed) == (60, [0])
-    # from [V] every single move keeps 70 bytes: a local optimum, the search's limit
-    assert refine(g, ls.CanonicalStrategy(g, [V])).lower_sets == [V]
+    # from [{0, 1, 2}, V] (recomputes 0 and 1) and from [V] (recomputes nothing) moves lead to
+    # one of them; from [V] only the move that drops node 0 does ({0, 1} becomes a segment)
+    for start in ([{0, 1, 2}, V], [V]):
+        r = refine(g, ls.CanonicalStrategy(g, start))
+        assert r.lower_sets[0] == {0, 1} and len(r.lower_sets) <= 3
+        assert (r.schedule.peak, r.schedule.recomputed) == (60, [0])
 
 
 def test_refine_returns_the_start_when_nothing_improves():
