@@ -20,7 +20,10 @@ searches the time-centric DP's eq. (2) budget for the largest one whose plan sti
 device budget (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection
 above its largest fitting budget over the pruned family, then (exact) a descent from that answer
 over all lower sets, where every plan on the DP's final front (:func:`lowerset.dp.time_front`)
-is a candidate. These are searches, not an optimum over all lower-set sequences.
+is a candidate. With ``method="exact"``, :func:`pareto` then improves its least-peak plan and
+:func:`solve` its answer by local search over lower-set sequences judged by the schedule
+(:func:`lowerset.refine.refine`). These are searches, not an optimum over all lower-set
+sequences.
 """
 
 import math
@@ -151,7 +154,8 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
         With execution facts (from ``chainer_ext.trace``) or the defaults.
     method : {"exact", "approx"}
         "approx": the paper's DP over the pruned family (Sec. 4.3); "exact": also over all lower
-        sets (Sec. 4.2).
+        sets (Sec. 4.2), and the least-peak plan improved by local search
+        (:func:`lowerset.refine.refine`).
     max_lower_sets : int
         For "exact": raise instead of enumerating more lower sets than this.
     time_limit : float, optional
@@ -260,7 +264,8 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
         Sec. 4.4). The executor model is time-centric: least overhead within the budget;
         :func:`min_peak` is its memory-centric end.
     method : {"exact", "approx"}
-        Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3).
+        Search all lower sets (Sec. 4.2; under the executor model the answer is then improved
+        by local search, :func:`lowerset.refine.refine`) or the pruned family (Sec. 4.3).
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int
