@@ -104,8 +104,11 @@ def _objective(budget):
 
 
 def _relabel(seg2):
-    """Doubled positions (segment i at 2i, new segments at odd positions) to 0..k-1."""
-    return np.unique(seg2, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    """Doubled positions (segment i at 2i, new segments at odd positions, -1 first) to the
+    0-based segments of the labelling they order."""
+    present = np.zeros(int(seg2.max()) + 2, dtype=np.int64)
+    present[seg2 + 1] = 1
+    return (np.cumsum(present) - 1)[seg2 + 1]
 
 
 def _node_moves(graph, seg, sizes, v):
