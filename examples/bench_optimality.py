@@ -3,8 +3,8 @@
 On random DAGs of 4-8 nodes (a random DAG per seed: a G(n, p) graph from networkx with every edge
 oriented from the smaller to the larger node, then relabelled at random; costs 1-50 cost units,
 memory 1-100 bytes, the paper's conservative execution facts), the exhaustive search of
-``lowerset.bruteforce.all_sequences`` lists every lower-set sequence L_1 ⊊ ... ⊊ L_k = V; each
-distinct set of dropped values is scheduled (``lowerset.schedule``), which gives the least
+``lowerset.bruteforce.brute_schedule_points`` schedules every lower-set sequence
+L_1 ⊊ ... ⊊ L_k = V (once per distinct set of dropped values), which gives the least
 whole-step peak any sequence reaches and, at a budget, the least overhead within it. Then, per
 method, it compares
 
@@ -33,8 +33,7 @@ import networkx as nx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lowerset as ls  # noqa: E402
-from lowerset.bruteforce import all_sequences  # noqa: E402
-from lowerset.scheduling import dropped_nodes  # noqa: E402
+from lowerset.bruteforce import brute_schedule_points  # noqa: E402
 from _machine import machine_line  # noqa: E402
 
 METHODS = ("approx", "exact")
@@ -51,31 +50,6 @@ def random_dag(rng):
     edges = [(perm[min(u, v)], perm[max(u, v)]) for u, v in und.edges]
     return ls.Graph(perm, edges, {v: rng.randint(1, 50) for v in perm},
                     {v: rng.randint(1, 100) for v in perm})
-
-
-def dropped(succs, seq):
-    """The values a sequence drops: V_i minus ∂(L_i) for i < k, minus nodes without a consumer."""
-    out, prev = set(), frozenset()
-    for L in seq[:-1]:
-        out |= {v for v in L - prev if succs[v] and succs[v] <= L}
-        prev = L
-    return frozenset(out)
-
-
-def optimum(g):
-    """(peak bytes, recompute cost units) of every distinct dropped set over all sequences."""
-    succs = {v: set() for v in g.labels}
-    for u, v in g.edges:
-        succs[u].add(v)
-    points = {}
-    for _, _, seq in all_sequences(g):
-        key = dropped(succs, seq)
-        if key not in points:
-            s = ls.CanonicalStrategy(g, [set(L) for L in seq])
-            if set(g.nodes_of(dropped_nodes(s))) != key:
-                raise RuntimeError(f"dropped sets disagree on {seq}")
-            points[key] = (s.schedule.peak, s.schedule.recompute_cost)
-    return list(points.values())
 
 
 def compare(g, points, method, row):
@@ -107,7 +81,7 @@ def main():
     start = time.perf_counter()
     for _ in range(args.graphs):
         g = random_dag(rng)
-        points = optimum(g)
+        points = [(p, c) for p, c, _ in brute_schedule_points(g)]
         for m in METHODS:
             compare(g, points, m, rows[m])
     print(machine_line())

@@ -29,6 +29,7 @@ __all__ = [
     "brute_min_budget",
     "brute_time_centric",
     "brute_memory_centric",
+    "brute_schedule_points",
 ]
 
 #: Largest #V accepted by the sequence search (edgeless graphs of 8 nodes have 545,835 sequences).
@@ -351,3 +352,50 @@ def brute_memory_centric(G, budget, family=None, sequences=None):
     """
     fits = [t for t, peak, _ in _sequences(G, sequences, family) if peak <= budget]
     return max(fits) if fits else None
+
+
+def brute_schedule_points(G, sequences=None):
+    """Return the schedule of every distinct plan over all lower-set sequences (Sec. 3).
+
+    Two sequences that drop the same values, ``V_i`` minus the nodes with a successor outside
+    ``L_i`` for ``i < k`` (nodes without successors are never dropped), have the same schedule
+    (:func:`lowerset.schedule`), so each such set is scheduled once, with the first sequence
+    that drops it.
+
+    Parameters
+    ----------
+    G : Graph
+    sequences : list, optional
+        The output of :func:`all_sequences` (computed when omitted).
+
+    Returns
+    -------
+    list of (int, int, tuple of frozenset)
+        ``(peak, recompute_cost, (L_1, ..., L_k))``: the schedule's whole-step peak in bytes
+        and what it recomputes in cost units.
+
+    Raises
+    ------
+    ArgumentError
+        As :func:`all_sequences`.
+
+    Examples
+    --------
+    >>> from lowerset.bruteforce import brute_schedule_points
+    >>> sorted((p, c) for p, c, _ in brute_schedule_points(ls.Graph.chain(4, memory=10)))
+    [(60, 1), (70, 0), (70, 1), (70, 2)]
+    """
+    from .strategy import CanonicalStrategy
+
+    _, _, succs, _, _ = _plain(G)
+    points = {}
+    for _, _, seq in _sequences(G, sequences, None):
+        dropped, prev = set(), frozenset()
+        for L in seq[:-1]:
+            dropped |= {v for v in L - prev if succs[v] and succs[v] <= L}
+            prev = L
+        key = frozenset(dropped)
+        if key not in points:
+            sched = CanonicalStrategy(G, [set(L) for L in seq]).schedule
+            points[key] = (sched.peak, sched.recompute_cost, seq)
+    return list(points.values())

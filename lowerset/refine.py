@@ -39,7 +39,7 @@ import numpy as np
 
 from . import _schedule_kernels as _k
 from ._validate import check_budget, check_count
-from .scheduling import _fold, _hooked_arrays, pinned_nodes
+from .scheduling import _drop_rule, _fold, _hooked_arrays, dropped_of_labels, segment_labels
 from .strategy import CanonicalStrategy
 
 __all__ = ["refine", "MAX_EVALUATIONS"]
@@ -47,14 +47,6 @@ __all__ = ["refine", "MAX_EVALUATIONS"]
 #: Default bound on the distinct schedules one :func:`refine` call computes (about 0.2-0.5 ms
 #: each on graphs of 100-600 nodes); it keeps the result independent of the machine's speed.
 MAX_EVALUATIONS = 4000
-
-
-def segment_labels(strategy):
-    """Return ``seg`` (int64, shape (n,)): the 0-based segment of each node id in `strategy`."""
-    seg = np.empty(strategy.graph.n, dtype=np.int64)
-    for i, m in enumerate(strategy._segment_masks):
-        seg[m] = i
-    return seg
 
 
 def strategy_of_labels(graph, seg, **meta):
@@ -69,19 +61,12 @@ class _Scheduler:
 
     def __init__(self, graph):
         self.graph = graph
-        self.src = np.repeat(np.arange(graph.n), np.diff(graph.succ_ptr))
-        self.dst = np.asarray(graph.succ_idx, dtype=np.int64)
-        keep = pinned_nodes(graph)
-        for v, _ in graph.facts.returned:
-            keep[v] = True
-        self.droppable = ~keep & (np.diff(graph.succ_ptr) > 0)
+        self.droppable = _drop_rule(graph)[2]
         self.memo = {}
 
     def dropped(self, seg):
-        """Bool per node: ``V_i ∖ ∂(L_i)`` for i < k, minus what is never dropped."""
-        boundary = np.zeros(self.graph.n, dtype=bool)
-        boundary[self.src[seg[self.dst] > seg[self.src]]] = True
-        return self.droppable & ~boundary & (seg != seg.max())
+        """Bool per node: the nodes the labelling's sequence drops (:func:`dropped_of_labels`)."""
+        return dropped_of_labels(self.graph, seg)
 
     def __call__(self, seg):
         d = self.dropped(seg)

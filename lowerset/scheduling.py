@@ -237,14 +237,41 @@ def dropped_nodes(strategy):
     """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
     pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
     consumers."""
-    g = strategy.graph
-    keep = strategy._segment_masks[-1].copy()
-    for b in strategy._cached_masks:
-        keep |= b
-    for v, _ in g.facts.returned:
-        keep[v] = True
-    keep |= pinned_nodes(g)
-    return ~keep & (np.diff(g.succ_ptr) > 0)
+    return dropped_of_labels(strategy.graph, segment_labels(strategy))
+
+
+def segment_labels(strategy):
+    """Int64 per node id (shape (n,)): the 0-based segment i of each node, ``v ∈ V_{i+1}``."""
+    seg = np.empty(strategy.graph.n, dtype=np.int64)
+    for i, m in enumerate(strategy._segment_masks):
+        seg[m] = i
+    return seg
+
+
+def dropped_of_labels(g, seg):
+    """:func:`dropped_nodes` of the lower-set sequence whose segment labels are `seg` (int64,
+    shape (n,), monotone along every edge, no empty segment).
+
+    A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor lies in a
+    later segment (then it is on ∂(L_i) itself)."""
+    src, dst, droppable = _drop_rule(g)
+    boundary = np.zeros(g.n, dtype=bool)
+    boundary[src[seg[dst] > seg[src]]] = True
+    return droppable & ~boundary & (seg != seg.max())
+
+
+def _drop_rule(g):
+    """(edge sources, edge targets, nodes that may be dropped) of `g`, computed once."""
+    cached = g.__dict__.get("_drop_rule")
+    if cached is None:
+        src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))
+        keep = pinned_nodes(g)
+        for v, _ in g.facts.returned:
+            keep[v] = True
+        droppable = ~keep & (np.diff(g.succ_ptr) > 0)
+        cached = g.__dict__["_drop_rule"] = (src, np.asarray(g.succ_idx, dtype=np.int64),
+                                             droppable)
+    return cached
 
 
 def pinned_nodes(g):

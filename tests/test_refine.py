@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 import lowerset as ls
 import lowerset.planner
-from lowerset.bruteforce import all_sequences
-from lowerset.refine import _moves, _Scheduler, refine, segment_labels, strategy_of_labels
+from lowerset.bruteforce import brute_schedule_points
+from lowerset.refine import _moves, _Scheduler, refine, strategy_of_labels
+from lowerset.scheduling import segment_labels
 
 from facts_strategies import canonical_strategies, graphs_with_facts
 from schedule_reference import events as reference_events
@@ -212,18 +213,8 @@ def _random_dag(rng):
 
 
 def _least_peak(g):
-    """The least schedule peak over all lower-set sequences (one schedule per dropped set)."""
-    succs = {v: {w for u, w in g.edges if u == v} for v in g.labels}
-    seen = {}
-    for _, _, seq in all_sequences(g):
-        key, prev = set(), frozenset()
-        for L in seq[:-1]:
-            key |= {v for v in L - prev if succs[v] and succs[v] <= L}
-            prev = L
-        key = frozenset(key)
-        if key not in seen:
-            seen[key] = ls.CanonicalStrategy(g, [set(L) for L in seq]).schedule.peak
-    return min(seen.values())
+    """The least schedule peak over all lower-set sequences."""
+    return min(peak for peak, _, _ in brute_schedule_points(g))
 
 
 def test_local_search_brings_min_peak_to_the_exhaustive_optimum(monkeypatch):
