@@ -384,7 +384,9 @@ def predict(graph, memory_limit, planner="lowerset", method="exact"):
         s = lowerset.baselines.chen_sqrtn(graph)
         plans = [("chen", s, s.schedule.peak)]
     elif planner == "lowerset":
-        low = lowerset.min_peak(graph, method)
+        # the fallback needs the least peak, not the least recomputation there (min_peak
+        # searches for that, which can take seconds more)
+        low = lowerset.pareto(graph, method)[-1]
         plans = []
         if low.schedule.peak <= memory_limit:
             s = lowerset.solve(graph, budget=memory_limit, method=method)

@@ -13,7 +13,8 @@ next batch) for four methods:
 - **Ours**: ``lowerset.solve(graph, budget=cap)``, the least recomputation whose whole-step
   schedule fits the cap.
 
-It then times training iterations (the median of ``--repeat``, after a warm-up on the GPU) of
+It then times training iterations (the median of ``--repeat``, after a warm-up on the GPU; in
+rounds that run every point once, so that the machine's drift falls on all methods alike) of
 every method at the batch sizes of the plot, up to its largest: Vanilla at its largest (GPU
 preset: six points up to it); the recomputation methods above Vanilla's largest batch, at each
 method's largest batch that does not exceed their own (GPU preset: and six points across their
@@ -122,7 +123,7 @@ PRESETS = {
                      "resnet50": (64, 226 * MB), "resnet152": (64, 522 * MB),
                      "vgg19": (224, 2_020 * MB), "densenet161": (64, 290 * MB),
                      "googlenet": (224, 261 * MB)},
-        "repeat": 3, "warmup": 0, "points": "few", "ours_method": "approx", "max_batch": 512,
+        "repeat": 3, "warmup": 0, "points": "few", "ours_method": "exact", "max_batch": 512,
     },
     "gpu": {
         "networks": {name: (net.input_size[0], 11_400 * MB) for name, net in NETWORKS.items()},
@@ -164,26 +165,30 @@ def _sync(device):
         cupy.cuda.get_current_stream().synchronize()
 
 
-def time_iteration(model, loss_fn, b, strategy, repeat, device, warmup=1):
-    """Median seconds of `repeat` training iterations at batch `b`, after `warmup` untimed
-    ones."""
-    def step():
+def time_points(model, loss_fn, points, repeat, device, warmup=1):
+    """Median seconds of `repeat` training iterations at each point ``(batch, strategy)``,
+    after `warmup` untimed ones. The points are timed in rounds, one iteration of each per
+    round, so that a drift of the machine's speed falls on all of them alike. Returns a list
+    of (median, times) in the order of `points`."""
+    def step(b, strategy):
         model.cleargrads()
         hook = contextlib.nullcontext() if strategy is None else RecomputeHook(strategy)
         with hook:
             loss_fn(b).backward()
-    for _ in range(warmup):
-        step()
-    times = []
+    for b, s in points:
+        for _ in range(warmup):
+            step(b, s)
+    times = [[] for _ in points]
     for _ in range(repeat):
-        gc.collect()
-        _sync(device)
-        t0 = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
+        for (b, s), out in zip(points, times):
+            gc.collect()
+            _sync(device)
+            t0 = time.perf_counter()
+            step(b, s)
+            _sync(device)
+            out.append(time.perf_counter() - t0)
     model.cleargrads()
-    return statistics.median(times), times
+    return [(statistics.median(t), t) for t in times]
 
 
 def timing_points(largest, key, preset):
@@ -256,21 +261,21 @@ def run_network(name, size, cap, keys, preset, device, repeat, progress):
         out["resident"] = int(traced[min(traced)].facts.resident)
         out["param_bytes"] = int(traced[min(traced)].param_bytes)
         out["nodes"] = traced[min(traced)].n
+    points = []  # (key, batch, strategy)
     for key in keys:
-        if key not in largest:
-            continue
-        rows = []
-        for b in timing_points(largest, key, preset):
-            progress(f"{name}: timing {METHODS[key][0]} at batch {b}")
+        for b in timing_points(largest, key, preset) if key in largest else []:
             if b == largest[key]:
                 s = out["methods"][key]["strategy"]
             else:
                 s = plan_at(key, extrapolate(traced, b), cap, preset["ours_method"])
-            med, times = time_iteration(model, loss_fn, b, s, repeat, device, preset["warmup"])
-            rows.append({"batch": b, "time_s": med, "times_s": times,
-                         "per_sample_ms": 1000 * med / b,
-                         "recompute_cost": None if s is None else s.schedule.recompute_cost})
-        out["timings"][key] = rows
+            points.append((key, b, s))
+    progress(f"{name}: timing {len(points)} points, {repeat} rounds")
+    timed = time_points(model, loss_fn, [(b, s) for _, b, s in points], repeat, device,
+                        preset["warmup"])
+    for (key, b, s), (med, times) in zip(points, timed):
+        out["timings"].setdefault(key, []).append({
+            "batch": b, "time_s": med, "times_s": times, "per_sample_ms": 1000 * med / b,
+            "recompute_cost": None if s is None else s.schedule.recompute_cost})
     for m in out["methods"].values():
         m.pop("strategy", None)
     out["elapsed_s"] = time.perf_counter() - start

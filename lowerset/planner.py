@@ -133,15 +133,23 @@ def _time_ladder(budgets):
     return [b for i, b in enumerate(budgets) if i % 2 == 0 or i == len(budgets) - 1]
 
 
-def _paper(G, method, mode, budget, max_lower_sets, deadline, overhead_bound=None):
-    """The paper's DP at one eq. (2) budget, cached per graph (`overhead_bound`, see
-    :func:`dp.solve`, speeds a call up without changing its result)."""
+def _paper(G, method, mode, budget, max_lower_sets, deadline):
+    """The paper's DP at one eq. (2) budget, cached per graph.
+
+    The time-centric optimum does not increase with the budget, so the least overhead cached
+    at a budget at most this one bounds the DP's iterative deepening (``overhead_bound`` of
+    :func:`dp.solve`): the same plan, found faster."""
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = (method, mode, budget, max_lower_sets)
     if key not in cache:
+        bound = None
+        if mode == "time":
+            bound = min((s.overhead for (m, md, b, n), s in cache.items()
+                         if (m, md, n) == (method, "time", max_lower_sets) and b <= budget),
+                        default=None)
         cache[key] = dp.solve(G, budget, mode=mode, method=method,
                               max_lower_sets=max_lower_sets, time_limit=deadline.left(),
-                              overhead_bound=overhead_bound)
+                              overhead_bound=bound)
     return cache[key]
 
 
