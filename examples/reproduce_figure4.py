@@ -32,7 +32,7 @@ of largest batches is well below the GPU's.
 
 Presets
 -------
-``cpu`` (default; 911 s on 2 idle cores): reduced resolutions and one cap per network.
+``cpu`` (default; 648 s on 2 idle cores): reduced resolutions and one cap per network.
 ResNet50, ResNet152 and DenseNet161 end in global average pooling and run at 64x64; GoogLeNet (7x7
 average pooling) and VGG19 (fully connected 7x7x512 head) need 224x224; PSPNet runs at 97x97, whose
 13x13 feature map still pools to 6/3/2/1; U-Net at 188x188, its smallest valid input. Each cap is
