@@ -37,9 +37,9 @@ References
 
 import numpy as np
 
-from . import _schedule_kernels as _k
 from ._validate import check_budget, check_count
-from .scheduling import _drop_rule, _fold, _hooked_arrays, dropped_of_labels, segment_labels
+from .scheduling import (_drop_rule, _fold, _hooked_arrays, _recompute_cost, dropped_of_labels,
+                         segment_labels)
 from .strategy import CanonicalStrategy
 
 __all__ = ["refine", "MAX_EVALUATIONS"]
@@ -74,9 +74,8 @@ class _Scheduler:
         out = self.memo.get(key)
         if out is None:
             arrays = _hooked_arrays(self.graph, d)
-            kind, node = arrays[0], arrays[1]
-            cost = int(self.graph.cost[node[kind == _k.RECOMPUTE]].sum())
-            out = self.memo[key] = (_fold(self.graph, arrays).peak, cost)
+            out = self.memo[key] = (_fold(self.graph, arrays).peak,
+                                    _recompute_cost(self.graph, arrays))
         return out
 
 

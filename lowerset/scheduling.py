@@ -157,8 +157,7 @@ class Schedule:
     @property
     def recompute_cost(self):
         """Total cost T of the recomputed nodes, cost units (at most the eq. (1) overhead)."""
-        kind, node = self.arrays[0], self.arrays[1]
-        return int(self.graph.cost[node[kind == _k.RECOMPUTE]].sum())
+        return _recompute_cost(self.graph, self.arrays)
 
     def __len__(self):
         return int(self.arrays[0].shape[0])
@@ -409,6 +408,12 @@ def _plain_arrays(g):
             kind.append(_k.FREE_GRAD), node.append(j), nbytes.append(b), outs.append([])
     optr = _i64([0] + list(np.cumsum([len(o) for o in outs])))
     return _i64(kind), _i64(node), _i64(nbytes), optr, _i64([k for o in outs for k in o])
+
+
+def _recompute_cost(g, arrays):
+    """Total cost T (cost units) of the nodes the event arrays recompute."""
+    kind, node = arrays[0], arrays[1]
+    return int(g.cost[node[kind == _k.RECOMPUTE]].sum())
 
 
 def _fold(g, arrays):
