@@ -2,10 +2,11 @@
 
 For each network this script traces the training step once (``chainer_ext.trace``), plans
 Chen's sqrt(n) strategy and our strategies on that graph: ApproxDP/ExactDP x memory-/time-centric,
-each at the minimal feasible eq. (2) budget of its method (the paper's four), and "Min peak"
+each at the minimal feasible eq. (2) budget of its method (the paper's four), "Min peak"
 (approximate and exact), the plan with the least whole-step peak the planner finds
-(``lowerset.min_peak``). It then *measures* one real training iteration
-(``model.cleargrads(); loss = ...; loss.backward()``) per strategy:
+(``lowerset.min_peak``), and "Min activations", the plan with the least activation peak, the
+paper's memory (``lowerset.min_peak(graph, measure="activations")``). It then *measures* one
+real training iteration (``model.cleargrads(); loss = ...; loss.backward()``) per strategy:
 
 - **Vanilla** is plain Chainer without any recomputation hook;
 - every other strategy runs under ``chainer_ext.RecomputeHook``, which executes the strategy's
@@ -117,8 +118,9 @@ STRATEGIES = {
     "exact-tc": ("ExactDP+TC", ("exact", "time")),
     "approx-mp": ("Min peak (approx)", ("approx", "min_peak")),
     "exact-mp": ("Min peak (exact)", ("exact", "min_peak")),
+    "exact-ma": ("Min activations (exact)", ("exact", "min_activations")),
 }
-OURS = ("approx-mc", "approx-tc", "exact-mc", "exact-tc", "approx-mp", "exact-mp")
+OURS = ("approx-mc", "approx-tc", "exact-mc", "exact-tc", "approx-mp", "exact-mp", "exact-ma")
 
 #: Presets: network -> (batch, (H, W)). "paper" is Table 1 (for a GPU); "cpu" runs all seven
 #: networks in about 7 minutes on 2 cores. PSPNet runs at 241x241, its smallest input whose
@@ -162,8 +164,9 @@ def plan(graph, key, time_limit):
         s = lowerset.baselines.chen_sqrtn(graph)
     else:
         try:
-            if mode == "min_peak":
-                s = lowerset.min_peak(graph, method, time_limit=limit)
+            if mode in ("min_peak", "min_activations"):
+                measure = "step" if mode == "min_peak" else "activations"
+                s = lowerset.min_peak(graph, method, measure=measure, time_limit=limit)
             else:
                 s = lowerset.solve(graph, mode=mode, method=method, model="paper",
                                    time_limit=limit)
@@ -283,6 +286,7 @@ def run_network(name, batch, size, keys, device, repeat, time_limit, progress):
             sched = lowerset.schedule(g)
         if note is None:
             row["predicted_peak"] = int(sched.peak)
+            row["predicted_activation_peak"] = _activation_peak(g, s)
         if note is None:
             row.update(measure(net, model, x, t, s, device, repeat))
         result["rows"].append(row)
@@ -290,6 +294,14 @@ def run_network(name, batch, size, keys, device, repeat, time_limit, progress):
     add_reductions(result)
     result["elapsed_s"] = time.perf_counter() - start
     return result
+
+
+def _activation_peak(g, strategy):
+    """The schedule's peak over the paper's memory (``lowerset.activation_facts``): the
+    prediction of the non-param boundary column (input batch included), in bytes."""
+    view = g.with_facts(lowerset.activation_facts(g.facts))
+    plan = view if strategy is None else lowerset.CanonicalStrategy(view, strategy.lower_sets)
+    return int(lowerset.schedule(plan).peak)
 
 
 MEASURES = ("total_peak", "nonparam_peak", "total_boundary_peak", "nonparam_boundary_peak")

@@ -15,11 +15,11 @@ argument is; ``src < 0`` is the external array ``~src`` (``-1`` is external 0) a
 All sizes are bytes.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from .exceptions import GraphError
 
-__all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "EXTERNAL_KINDS"]
+__all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "activation_facts", "EXTERNAL_KINDS"]
 
 #: Kinds of external arrays: "param" (gets a gradient that persists) and "input".
 EXTERNAL_KINDS = ("param", "input")
@@ -244,6 +244,50 @@ def default_facts(graph):
     return ExecutionFacts(nodes=tuple(nodes), forward_order=tuple(range(graph.n)),
                           backward_order=tuple(range(graph.n - 1, -1, -1)),
                           returned=sinks, seeds=sinks)
+
+
+def activation_facts(facts):
+    """The facts of the same step with only its activations counted: the paper's memory.
+
+    A schedule over these facts counts the values, their gradients and the functions' saved
+    state, at function boundaries, and the input batch; it leaves out the parameters, their
+    gradients and every function's workspace. That is what the paper's Table 1 compares (its
+    GPU runs kept parameters and cuDNN workspace out of the figure) and what
+    ``chainer_ext.peak_memory`` reports as the non-parameter boundary peak
+    (``boundary_peak_without_grads`` plus the input bytes). Plan on it when activations are
+    what must shrink, and run the plan on the graph with the whole facts
+    (``lowerset.min_peak(G, measure="activations")`` does both).
+
+    Parameters
+    ----------
+    facts : ExecutionFacts
+
+    Returns
+    -------
+    ExecutionFacts
+        The same facts with ``forward_peak`` and ``backward_peak`` 0, no gradient returned for
+        an external array (``grad_args`` False where the argument is external) and parameters
+        of 0 bytes. Facts without externals or workspace (:func:`default_facts`) come back
+        equal.
+
+    Examples
+    --------
+    >>> f = ls.ExecutionFacts(
+    ...     nodes=(ls.NodeFacts(outputs=(8,), args=((-1, 0), (-2, 0)), reads_args=(0, 1),
+    ...                         grad_args=(True, True), output_views=(-1,), grad_views=(-1, -1),
+    ...                         forward_peak=72, plain_free_after=(-1,)),),
+    ...     forward_order=(0,), backward_order=(0,),
+    ...     externals=(("input", 4), ("param", 16)), returned=((0, 0),), seeds=((0, 0),))
+    >>> a = ls.activation_facts(f)
+    >>> a.externals, a.nodes[0].grad_args, a.nodes[0].forward_peak
+    ((('input', 4), ('param', 0)), (False, False), 0)
+    """
+    nodes = tuple(
+        replace(nf, forward_peak=0, backward_peak=0,
+                grad_args=tuple(bool(g) and s >= 0 for g, (s, _) in zip(nf.grad_args, nf.args)))
+        for nf in facts.nodes)
+    externals = tuple((kind, 0 if kind == "param" else b) for kind, b in facts.externals)
+    return replace(facts, nodes=nodes, externals=externals)
 
 
 def _check_node(graph, v, nf, facts):

@@ -41,6 +41,12 @@ def _as_int(value, what, label, *, positive):
     return value
 
 
+#: Keys of the results that the planner and the scheduler cache in a graph's ``__dict__``
+#: (valid because a Graph is immutable; left out when a graph is pickled).
+_CACHES = frozenset({"_family_cache", "_paper_cache", "_pareto_cache", "_drop_rule",
+                     "_flat_facts", "_activation_view"})
+
+
 class Graph:
     """A forward graph G = (V, E) with integer costs T_v (cost units) and memory M_v (bytes).
 
@@ -219,7 +225,7 @@ class Graph:
 
     def __getstate__(self):
         # plain containers (mapping proxies do not pickle), no planner caches
-        state = {k: v for k, v in self.__dict__.items() if k != "_family_cache"}
+        state = {k: v for k, v in self.__dict__.items() if k not in _CACHES}
         state["index"] = dict(self.index)
         state["attrs"] = dict(self.attrs)
         return state
@@ -285,6 +291,26 @@ class Graph:
         nodes = list(range(n))
         return cls(nodes, zip(nodes[:-1], nodes[1:]), {v: cost for v in nodes},
                    {v: memory for v in nodes})
+
+    def with_facts(self, facts):
+        """Return a :class:`Graph` with the same nodes, edges, costs, memory and attrs and
+        `facts` (an :class:`ExecutionFacts` indexed by this graph's node ids).
+
+        Raises
+        ------
+        GraphError
+            If `facts` do not fit the graph (:meth:`ExecutionFacts.check`).
+
+        Examples
+        --------
+        >>> g = ls.Graph.chain(3, memory=8)
+        >>> h = g.with_facts(ls.activation_facts(g.facts))
+        >>> h.facts == g.facts, h.has_facts, g.has_facts
+        (True, True, False)
+        """
+        return Graph(self.labels, self.edges, dict(zip(self.labels, self.cost.tolist())),
+                     dict(zip(self.labels, self.memory.tolist())), attrs=self.attrs,
+                     facts=facts)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -33,17 +33,22 @@ import numpy as np
 
 from . import dp
 from .baselines import chen_sqrtn
+from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
 from .refine import refine
 from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
 
-__all__ = ["solve", "min_peak", "pareto", "MODELS", "LADDER_SIZE"]
+__all__ = ["solve", "min_peak", "pareto", "MODELS", "MEASURES", "LADDER_SIZE"]
 
 #: How a budget is read: "executor" (whole-step device bytes, :func:`lowerset.schedule`) or
 #: "paper" (eq. (2), the paper's DP).
 MODELS = ("executor", "paper")
+
+#: What :func:`min_peak` minimises: "step" (the whole step's device bytes) or "activations"
+#: (the paper's memory: :func:`lowerset.activation_facts`).
+MEASURES = ("step", "activations")
 
 #: Eq. (2) budgets at which the paper's memory-centric DP adds candidates to the pool (the
 #: time-centric DP: half as many).
@@ -232,16 +237,33 @@ def _merge(G, method, max_lower_sets, strategies):
     cache[key] = _front(cache[key] + list(strategies))
 
 
-def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+def min_peak(G, method="exact", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
+             time_limit=None):
     """Return the planner's strategy with the least schedule peak, with the least overhead
     :func:`solve` finds at that peak.
 
-    Parameters and errors as :func:`pareto`.
+    Parameters
+    ----------
+    measure : {"step", "activations"}
+        The peak minimised. "step": the whole step's device bytes (``schedule.peak``).
+        "activations": the paper's memory, activations and their gradients at function
+        boundaries and the inputs, without parameters, their gradients and workspace
+        (the schedule over :func:`lowerset.activation_facts`); the plan is planned on
+        ``G.with_facts(activation_facts(G.facts))`` and returned on `G`, so its ``schedule``
+        is still the whole step's.
+    G, method, max_lower_sets, time_limit
+        As :func:`pareto`.
 
     Returns
     -------
     CanonicalStrategy
-        ``schedule.peak`` is the least whole-step peak the planner reaches, in bytes.
+        On `G`; with ``measure="step"``, ``schedule.peak`` is the least whole-step peak the
+        planner reaches, in bytes.
+
+    Raises
+    ------
+    ArgumentError
+        If `measure` is unknown; the errors of :func:`pareto`.
 
     Examples
     --------
@@ -249,9 +271,26 @@ def min_peak(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_l
     >>> ls.min_peak(g).schedule.peak <= ls.schedule(g).peak
     True
     """
+    if measure not in MEASURES:
+        raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
+    if measure == "activations":
+        check_graph(G)
+        s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
+                     time_limit=time_limit)
+        return CanonicalStrategy.from_family(
+            G, s.masks(), method=s.method, mode=s.mode, budget=s.budget,
+            planner_seconds=s.planner_seconds)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
                  time_limit=time_limit)
+
+
+def _activation_view(G):
+    """`G` with :func:`activation_facts`, cached on `G` (so are the planner's results on it)."""
+    view = G.__dict__.get("_activation_view")
+    if view is None:
+        view = G.__dict__["_activation_view"] = G.with_facts(activation_facts(G.facts))
+    return view
 
 
 def solve(G, budget=None, mode="time", method="exact", *, model="executor",

@@ -245,6 +245,7 @@ class TestImmutable:
 
         g = self.graph()
         ls.min_budget(g)  # fills the caches
+        ls.min_peak(g, "approx"), ls.min_peak(g, "approx", measure="activations")
         for h in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
             assert h == g and hash(h) == hash(g) and h.labels == g.labels
             assert h.attrs == g.attrs and dict(h.index) == dict(g.index)
@@ -254,7 +255,10 @@ class TestImmutable:
             with pytest.raises(TypeError):
                 h.index["z"] = 3
             assert ls.min_budget(h) == ls.min_budget(g)
-        assert "_family_cache" not in pickle.loads(pickle.dumps(g)).__dict__
+        assert {"_family_cache", "_pareto_cache", "_activation_view"} <= set(g.__dict__)
+        kept = set(pickle.loads(pickle.dumps(g)).__dict__)
+        assert not kept & {"_family_cache", "_paper_cache", "_pareto_cache", "_flat_facts",
+                           "_drop_rule", "_activation_view"}
 
 
 class TestNetworkx:

@@ -65,6 +65,54 @@ def test_exact_pool_holds_the_approximate_one(g):
         assert best <= s.schedule.recompute_cost
 
 
+def _activation_peak(g, s):
+    """The schedule peak of `s`'s lower sets over the paper's memory (activation_facts)."""
+    view = g.with_facts(ls.activation_facts(g.facts))
+    return ls.CanonicalStrategy(view, s.lower_sets).schedule.peak
+
+
+@settings(max_examples=examples(0.3), deadline=None)
+@given(graphs_with_facts(max_nodes=7))
+def test_min_peak_of_activations(g):
+    """measure="activations" plans on the paper's memory and returns the plan on `g`: its
+    activation peak is at least the least over all lower-set sequences (exhaustive) and at most
+    that of [V] and of Chen's sqrt(n)."""
+    from lowerset.bruteforce import brute_schedule_points
+
+    s = ls.min_peak(g, "exact", measure="activations")
+    assert s.graph is g and s.schedule.peak == ls.schedule(s).peak
+    view = g.with_facts(ls.activation_facts(g.facts))
+    least = min(p for p, _, _ in brute_schedule_points(view))
+    found = _activation_peak(g, s)
+    assert least <= found
+    assert found <= _activation_peak(g, ls.CanonicalStrategy(g, [set(g.labels)]))
+    assert found <= _activation_peak(g, ls.baselines.chen_sqrtn(g))
+    assert found <= _activation_peak(g, ls.min_peak(g, "approx", measure="activations"))
+
+
+def test_min_peak_of_activations_leaves_out_parameters_and_workspace():
+    # x -> 0 -> 1 (returned); node 0 takes a 1,000-byte parameter and needs 500 bytes of
+    # workspace; backward 1 reads value 0, backward 0 reads x and the parameter only
+    facts = ls.ExecutionFacts(
+        nodes=(ls.NodeFacts(outputs=(10,), args=((-1, 0), (-2, 0)), reads_args=(0, 1),
+                            grad_args=(False, True), output_views=(-1,), grad_views=(-1, -1),
+                            forward_peak=500, plain_free_after=(-1,)),
+               ls.NodeFacts(outputs=(10,), args=((0, 0),), reads_args=(0,),
+                            grad_args=(True,), output_views=(-1,), grad_views=(-1,),
+                            plain_free_after=(-1,))),
+        forward_order=(0, 1), backward_order=(1, 0),
+        externals=(("input", 4), ("param", 1000)), returned=((1, 0),), seeds=((1, 0),))
+    g = ls.Graph([0, 1], [(0, 1)], {0: 1, 1: 1}, {0: 10, 1: 10}, facts=facts)
+    s = ls.min_peak(g, measure="activations")
+    # the input 4, values 0 and 1, the seed and 0's gradient
+    assert _activation_peak(g, s) == 4 + 10 + 10 + 10 + 10
+    # returned on g: the whole step peaks in backward 0 (resident 1,004, value 1, the seed,
+    # 0's gradient and the parameter's gradient), above forward 0's 1,004 + 500 of workspace
+    assert s.graph is g and s.schedule.peak == 1004 + 10 + 10 + 10 + 1000
+    with pytest.raises(ls.ArgumentError, match="unknown measure 'bytes'"):
+        ls.min_peak(g, measure="bytes")
+
+
 def test_hand_checked_chain():
     # chain of 4 x 10 bytes, default facts (every backward reads its input and output):
     # [V] peaks at 4 values + seed + 2 gradients; dropping the first value saves one

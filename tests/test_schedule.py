@@ -89,6 +89,14 @@ class TestHandComputed:
         # what stays: resident, the parameter's gradient, the returned value and the seed
         assert s.timeline[-1] == 10 + 6 + 4 + 4
 
+        # the paper's memory: no parameter (6), no parameter gradient (6 after backward 2), no
+        # workspace (forward 0's 20, backward 2's 30); the input (4) stays resident
+        a = ls.schedule(ls.CanonicalStrategy(g.with_facts(ls.activation_facts(g.facts)),
+                                             [{0, 1, 2}]))
+        assert [(e.kind, e.node) for e in a.events] == _kinds(s)
+        assert a.timeline.tolist() == [12, 12, 12, 16, 20, 28, 28, 20, 20, 20, 20, 12]
+        assert a.fold.highs.tolist()[0] == 12 and a.peak == 28 and a.resident == 4
+
     def test_multi_output_freed_per_output(self):
         g = _graph([
             dict(outputs=(5, 7), args=(), output_views=(-1, -1), plain_free_after=(-1, -1)),

@@ -219,3 +219,43 @@ def test_sampling_adds_nothing_to_the_peak():
         r = peak_memory(step, params=[w])
         assert r.boundary_samples == 102 * 4 * 2
         assert abs(r.peak - h.total_peak()) <= 1024, (r.peak, h.total_peak())
+
+
+class _ConvNet(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(1, 4, 3, pad=1)
+            self.c2 = L.Convolution2D(4, 4, 3, pad=1)
+            self.c3 = L.Convolution2D(4, 1, 3, pad=1)
+
+    def forward(self, x):
+        return F.sum(self.c3(F.relu(self.c2(F.relu(self.c1(x))))))
+
+
+@pytest.mark.parametrize("plan", ["plain", "min_activations"])
+def test_activation_facts_predict_the_non_param_boundary_peak(plan):
+    """The schedule over lowerset.activation_facts (no parameters, no parameter gradients, no
+    im2col workspace) is the non-parameter boundary peak that peak_memory measures (the input
+    batch predates the step's baseline), plain and under the plan of least activation peak;
+    the whole-step schedule is the whole peak."""
+    net = _ConvNet()
+    x = np.ones((1, 1, 256, 256), dtype=np.float32)
+    g = trace(lambda: net(x))
+    view = g.with_facts(lowerset.activation_facts(g.facts))
+    if plan == "plain":
+        hooks, predicted, whole = [], lowerset.schedule(view).peak, lowerset.schedule(g).peak
+    else:
+        s = lowerset.min_peak(g, measure="activations")
+        assert s.schedule.recompute_cost > 0
+        hooks = [RecomputeHook(s)]
+        predicted = lowerset.schedule(lowerset.CanonicalStrategy(view, s.lower_sets)).peak
+        whole = s.schedule.peak
+
+    def step():
+        net.cleargrads()
+        net(x).backward()
+
+    r = _measured(step, params=net, hooks=hooks)
+    assert abs(predicted - x.nbytes - r.boundary_peak_without_grads) <= TOL, (predicted, r)
+    assert abs(whole - g.facts.resident - r.peak) <= TOL, (whole, r)
