@@ -33,6 +33,17 @@ def _fmt_sig(name, shapes):
     return f"{name}({', '.join(f'{tuple(s)}:{d}' for s, d in shapes)})"
 
 
+def _matches(items, sig):
+    """Whether `items` (arrays or variable nodes; None matches any entry) have the shapes and
+    dtypes of `sig`, a tuple of (shape, dtype). A loop: this runs for every function."""
+    if len(items) != len(sig):
+        return False
+    for a, (shape, dtype) in zip(items, sig):
+        if a is not None and (a.shape != shape or a.dtype != dtype):
+            return False
+    return True
+
+
 def _nbytes(arrays):
     return int(sum(a.nbytes for a in arrays if a is not None))
 
@@ -207,6 +218,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._restore_paths = [tuple(tuple(p) for p in a.get("restore", ())) for a in A]
         self._returned = set(g.facts.returned)
         self._types = _backend.array_types()
+        self._spent_fns = {}  # node -> its _spent_backward, made once
 
     # -- per-step state ---------------------------------------------------------------------------
 
@@ -279,7 +291,10 @@ class RecomputeHook(chainer.FunctionHook):
         for v in self._spent:
             f = self._funcs[v]
             if f is not None:
-                f.backward = _spent_backward(v, self._names[v])
+                spent = self._spent_fns.get(v)
+                if spent is None:
+                    spent = self._spent_fns[v] = _spent_backward(v, self._names[v])
+                f.backward = spent
         for f in self._funcs:
             if f is not None:
                 f._chainer_ext_step_done = True
@@ -288,9 +303,8 @@ class RecomputeHook(chainer.FunctionHook):
 
     def _starts_step(self, function, in_data):
         """Whether this application is function 0 of the graph (class and input signature)."""
-        exp = self._in_sig[0]
-        return (type(function).__name__ == self._names[0] and len(in_data) == len(exp)
-                and all(a.shape == s and a.dtype == d for a, (s, d) in zip(in_data, exp)))
+        return (type(function).__name__ == self._names[0]
+                and _matches(in_data, self._in_sig[0]))
 
     def added(self, function):
         if function is not None:
@@ -368,8 +382,7 @@ class RecomputeHook(chainer.FunctionHook):
                 "metrics such as F.accuracy after backward(), or under "
                 "chainer.no_backprop_mode())", position=j)
         exp = self._in_sig[j]
-        if (name != self._names[j] or len(in_data) != len(exp)
-                or any(a.shape != s or a.dtype != d for a, (s, d) in zip(in_data, exp))):
+        if name != self._names[j] or not _matches(in_data, exp):
             got = [(a.shape, a.dtype) for a in in_data]
             raise StrategyMismatchError(
                 f"function {j} in forward order is {_fmt_sig(name, got)}, but the strategy's "
@@ -411,9 +424,9 @@ class RecomputeHook(chainer.FunctionHook):
                                         position=j)
         outs = output_arrays(f)
         nodes = [ref() for ref in f.outputs]
-        sig = tuple((nd.shape, np.dtype(nd.dtype)) if nd is not None else exp
-                    for nd, exp in zip(nodes, self._out_sig[j]))
-        if len(nodes) != len(self._out_sig[j]) or sig != self._out_sig[j]:
+        if not _matches(nodes, self._out_sig[j]):
+            sig = tuple((nd.shape, np.dtype(nd.dtype)) if nd is not None else exp
+                        for nd, exp in zip(nodes, self._out_sig[j]))
             raise StrategyMismatchError(
                 f"function {j} ({name}) returned {sig}, but the strategy's graph has "
                 f"{self._out_sig[j]}; re-trace and re-plan", position=j)
