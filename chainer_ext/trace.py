@@ -149,7 +149,7 @@ class _TraceHook(chainer.FunctionHook):
         self._depth = self._bdepth = 0
         self._started = 0          # recorded applications started so far
         self._backward = False
-        self._gy_roots = {}        # id(root) -> (weakref, consumer position, output index)
+        self._gy_roots = {}        # id(root) -> (weakref, [(position, output index)])
         self._types = _backend.array_types()
         self.cupy_watch = _effects.CupyRandomWatch()
         self.numpy_rng = _effects.NumpyRngState()
@@ -303,9 +303,15 @@ class _TraceHook(chainer.FunctionHook):
             root = _backend.root_buffer(g)
             seen = self._gy_roots.get(id(root))
             if seen is not None and seen[0]() is root:
-                # the gradient of output k of j is (a view of) a consumer's output gradient
-                self.grad_views.append((seen[1], seen[2], j, k))
-            self._gy_roots[id(root)] = (weakref.ref(root), j, k)
+                # the gradient of output k of j is (a view of) the output gradient of a function
+                # seen earlier with this buffer: of the one whose argument output k of j is
+                # (_node_facts keeps that pair). Every earlier one is a candidate: the parts of
+                # a split gradient (Concat's backward) all view the Concat's output gradient,
+                # a chain of views (Reshape of Reshape) views the latest
+                self.grad_views.extend((c, ck, j, k) for c, ck in seen[1])
+                seen[1].append((j, k))
+            else:
+                self._gy_roots[id(root)] = (weakref.ref(root), [(j, k)])
         if self.measure:
             r.level = self.probe.mark()
 

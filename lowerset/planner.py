@@ -23,7 +23,9 @@ over all lower sets, where every plan on the DP's final front (:func:`lowerset.d
 is a candidate. With ``method="exact"``, :func:`pareto` then improves its least-peak plan and
 :func:`solve` its answer by local search over lower-set sequences judged by the schedule
 (:func:`lowerset.refine.refine`). These are searches, not an optimum over all lower-set
-sequences.
+sequences. ``min_peak(G, measure="activations")`` runs the same search on the graph with
+:func:`lowerset.activation_facts`, the paper's memory (no parameters, their gradients or
+workspace), and returns the plan on `G`.
 """
 
 import math
@@ -277,9 +279,9 @@ def min_peak(G, method="exact", *, measure="step", max_lower_sets=DEFAULT_MAX_LO
         check_graph(G)
         s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
                      time_limit=time_limit)
-        return CanonicalStrategy.from_family(
-            G, s.masks(), method=s.method, mode=s.mode, budget=s.budget,
-            planner_seconds=s.planner_seconds)
+        # no budget: the one it was planned at counts activation bytes, not the step's
+        return CanonicalStrategy.from_family(G, s.masks(), method=s.method, mode=s.mode,
+                                             planner_seconds=s.planner_seconds)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
                  time_limit=time_limit)

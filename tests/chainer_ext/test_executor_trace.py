@@ -108,6 +108,24 @@ def test_views_are_recorded():
     assert nf[0].grad_views == (-1,)
 
 
+def test_split_gradient_views_are_recorded_for_every_part():
+    """Concat's backward splits its output gradient into views, one per argument. The tanh
+    branch's backward runs after the sin branch's (Chainer's rank order), so its gradient is
+    found after the sin branch's view of the same buffer: both are views of Concat's gradient,
+    which therefore lives until the last part's backward has run."""
+    def fn():
+        a = F.tanh(x)
+        b = F.sin(F.relu(x))
+        return F.sum(F.concat([a, b], axis=1) ** 2)
+    x = chainer.Variable(np.ones((4, 8), np.float32))
+    g = trace(fn)
+    concat = _by_function(g, "Concat")[0]
+    assert g.facts.nodes[concat].grad_views == (0, 0)
+    bo = list(g.facts.backward_order)
+    tanh, sin = _by_function(g, "Tanh")[0], _by_function(g, "Sin")[0]
+    assert bo.index(sin) < bo.index(tanh)
+
+
 def test_backward_order_is_chainers():
     """The recorded backward order is the one Chainer's backward pass follows (an independent
     recording hook)."""
