@@ -255,8 +255,9 @@ def markdown(results, info, repeats):
     threads = ", ".join(f"{k.upper()}={info[k]}" for k in ("omp_num_threads",
                                                            "openblas_num_threads") if info[k])
     lines = [(f"Machine: {_machine.machine_line(info)}; GPU: {info.get('gpu') or 'none'}"
-              f"{'; ' + threads if threads else ''}. {repeats} rounds round-robin per network; "
-              "times are medians."), ""]
+              f"{'; ' + threads if threads else ''}; "
+              f"{info.get('allocator') or 'system allocator'}. {repeats} rounds round-robin "
+              "per network; times are medians."), ""]
     for r in results:
         lb, la = r["load_before_after"]
         steal = f", steal {r['steal_s']:.1f} s" if r["steal_s"] is not None else ""
@@ -283,6 +284,7 @@ def main(argv=None):
     p.add_argument("--out", default=str(ROOT / "results" / "bench_executor"))
     a = p.parse_args(argv)
     info = machine_info()
+    info["allocator"] = _machine.reuse_freed_memory()
     results = []
     for name in a.nets:
         pre = CPU_PRESET[name]

@@ -85,7 +85,7 @@ with warnings.catch_warnings():
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from examples._machine import machine_info, machine_line  # noqa: E402
+from examples._machine import machine_info, machine_line, reuse_freed_memory  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
 
 MB = 10**6
@@ -429,6 +429,7 @@ def main(argv=None):
     repeat = a.repeat or preset["repeat"]
     keys = [k for k in METHODS if k in a.methods]
     info = machine_info()
+    info["allocator"] = reuse_freed_memory()
     load0 = os.getloadavg()
     t0 = time.perf_counter()
 
@@ -448,7 +449,8 @@ def main(argv=None):
     command = "examples/reproduce_figure4.py " + " ".join(sys.argv[1:] if argv is None else argv)
     table = markdown(results)
     md = (f"# Figure 4 reproduction ({a.preset} preset, {a.device})\n\n"
-          f"Machine: {machine_line(info)}; load average {load0[0]:.1f} at the start, "
+          f"Machine: {machine_line(info)}; {info['allocator'] or 'system allocator'}; "
+          f"load average {load0[0]:.1f} at the start, "
           f"{load1[0]:.1f} at the end.\n\nCommand: `{command}`; total {elapsed:.0f} s; "
           f"medians of {repeat} iterations"
           f"{' after a warm-up' if preset['warmup'] else ''}.\n\n{table}\n\n"
