@@ -303,11 +303,11 @@ class _TraceHook(chainer.FunctionHook):
             root = _backend.root_buffer(g)
             seen = self._gy_roots.get(id(root))
             if seen is not None and seen[0]() is root:
-                # the gradient of output k of j is (a view of) the output gradient of a function
-                # seen earlier with this buffer: of the one whose argument output k of j is
-                # (_node_facts keeps that pair). Every earlier one is a candidate: the parts of
-                # a split gradient (Concat's backward) all view the Concat's output gradient,
-                # a chain of views (Reshape of Reshape) views the latest
+                # the gradient of output k of j shares this buffer with the output gradients
+                # of functions whose backward ran earlier; it views the one that takes output
+                # k of j as an argument (_node_facts keeps that pair). All parts of a split
+                # gradient (Concat's backward) view the Concat's output gradient; a chain of
+                # views (Reshape of Reshape) views the latest
                 self.grad_views.extend((c, ck, j, k) for c, ck in seen[1])
                 seen[1].append((j, k))
             else:
