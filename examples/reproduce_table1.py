@@ -37,11 +37,11 @@ check), ``table1.json`` (raw figures) and ``table1.png`` (bar chart). The table 
 
 Examples
 --------
-The CPU preset, all seven networks (about 7 minutes on 2 cores)::
+The CPU preset, all seven networks (about 12 minutes on 2 cores)::
 
     .venv/bin/python examples/reproduce_table1.py --preset cpu
 
-Six networks, all but PSPNet (about 5 minutes)::
+Six networks, all but PSPNet (about 7.5 minutes)::
 
     .venv/bin/python examples/reproduce_table1.py --networks unet resnet50 resnet152 vgg19 \
         densenet161 googlenet
@@ -123,7 +123,7 @@ STRATEGIES = {
 OURS = ("approx-mc", "approx-tc", "exact-mc", "exact-tc", "approx-mp", "exact-mp", "exact-ma")
 
 #: Presets: network -> (batch, (H, W)). "paper" is Table 1 (for a GPU); "cpu" runs all seven
-#: networks in about 7 minutes on 2 cores. PSPNet runs at 241x241, its smallest input whose
+#: networks in about 12 minutes on 2 cores. PSPNet runs at 241x241, its smallest input whose
 #: feature map still pools to 6/3/2/1; the classifiers whose heads allow it at 112x112 (VGG19's
 #: fully connected layers and GoogLeNet's average poolings need 224x224). A smaller resolution
 #: changes the graph's bytes, not its structure; for most networks every activation scales with
