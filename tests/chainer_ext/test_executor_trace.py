@@ -126,6 +126,17 @@ def test_split_gradient_views_are_recorded_for_every_part():
     assert bo.index(sin) < bo.index(tanh)
 
 
+def test_add_gradient_is_recorded_as_a_view_for_both_arguments():
+    """Add's backward returns its output gradient itself for both arguments: both are views of
+    it, whichever branch's backward runs first."""
+    def fn():
+        h = F.relu(x)
+        return F.sum((F.tanh(h) + F.sin(h)) ** 2)
+    x = chainer.Variable(np.ones((4, 8), np.float32))
+    g = trace(fn)
+    assert g.facts.nodes[_by_function(g, "Add")[0]].grad_views == (0, 0)
+
+
 def test_backward_order_is_chainers():
     """The recorded backward order is the one Chainer's backward pass follows (an independent
     recording hook)."""
