@@ -2,8 +2,8 @@
 ``examples/bench_budgets.py --legacy``.
 
 ``solve_liveness`` (the paper's DP at a ladder of eq. (2) budgets, keeping the lowest simulated
-peak) was replaced by ``lowerset.solve``/``min_peak``; commit 6336e5e removed it. This script
-runs it at the commit before, on the networks of ``reproduce_table1.py``'s CPU preset, and writes
+peak) exists up to commit 6336e5e^; ``lowerset.solve`` and ``min_peak`` take its place after it.
+This script runs it there, on the networks of ``reproduce_table1.py``'s CPU preset, and writes
 each plan's lower sets (node labels: forward positions) per ``network/method``::
 
     git worktree add /tmp/ladder 6336e5e^
