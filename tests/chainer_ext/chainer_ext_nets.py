@@ -2,6 +2,7 @@
 
 Each entry of NETS is ``name -> (build, make_batch, loss)``: ``build()`` returns a Chain,
 ``make_batch(batch)`` returns ``(x, t)`` and ``loss(model, x, t)`` returns a scalar Variable.
+The helpers work on NumPy and CuPy; :data:`DEVICES` parametrizes a test over both.
 """
 
 import copy
@@ -10,6 +11,15 @@ import chainer
 import chainer.functions as F
 import chainer.links as L
 import numpy as np
+import pytest
+from chainer.backends import cuda
+
+from chainer_ext import _backend
+
+#: NumPy, and CuPy's first GPU where CuPy sees one (marker ``gpu``).
+DEVICES = ["@numpy", pytest.param("@cupy:0", marks=[
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _backend.cupy_available(), reason="needs CuPy and a CUDA GPU")])]
 
 
 class MLP(chainer.Chain):
@@ -191,31 +201,34 @@ NETS = {
 }
 
 
-def make(name, batch=8, seed=0):
-    """Return (model, x, t, lossfn) for network `name`, initialised from `seed`."""
+def make(name, batch=8, seed=0, device="@numpy"):
+    """Return (model, x, t, lossfn) for network `name`, initialised from `seed`, on `device`."""
     build, make_batch, lossfn = NETS[name]
     np.random.seed(seed)
     model = build()
     x, t = make_batch(batch)
     with chainer.using_config("train", True):
         lossfn(model, x, t)  # initialise lazy parameters (Linear(None, ...))
-    return model, x, t, lossfn
+    model.to_device(device)
+    return model, model.device.send(x), model.device.send(t), lossfn
 
 
 def persistents(model):
-    """Copies of the BatchNormalization running statistics of `model`, by link path."""
+    """Copies of the BatchNormalization running statistics of `model`, by link path (NumPy)."""
     out = {}
     for path, link in model.namedlinks():
         if isinstance(link, L.BatchNormalization):
-            out[path + "/avg_mean"] = np.array(link.avg_mean, copy=True)
-            out[path + "/avg_var"] = np.array(link.avg_var, copy=True)
+            out[path + "/avg_mean"] = cuda.to_cpu(link.avg_mean).copy()
+            out[path + "/avg_var"] = cuda.to_cpu(link.avg_var).copy()
     return out
 
 
 def step(model, x, t, lossfn, hook=None, seed=123):
-    """One forward/backward step; returns (loss, {param: grad}, {persistent: value})."""
+    """One forward/backward step; returns (loss, {param: grad}, {persistent: value}) as NumPy
+    arrays. NumPy's and the model's array module's generators are seeded with `seed`."""
     model.cleargrads()
     np.random.seed(seed)
+    model.xp.random.seed(seed)
     with chainer.using_config("train", True):
         if hook is None:
             loss = lossfn(model, x, t)
@@ -224,8 +237,8 @@ def step(model, x, t, lossfn, hook=None, seed=123):
             with hook:
                 loss = lossfn(model, x, t)
                 loss.backward()
-    grads = {k: p.grad.copy() for k, p in model.namedparams() if p.grad is not None}
-    return loss.array.copy(), grads, persistents(model)
+    grads = {k: cuda.to_cpu(p.grad).copy() for k, p in model.namedparams() if p.grad is not None}
+    return cuda.to_cpu(loss.array).copy(), grads, persistents(model)
 
 
 def assert_same(a, b):

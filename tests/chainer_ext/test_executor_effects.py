@@ -1,5 +1,8 @@
 """Side effects happen once and random draws are replayed: functions recomputed by
-RecomputeHook leave running statistics, counters and gradients bitwise equal to a plain step."""
+RecomputeHook leave running statistics, counters and gradients bitwise equal to a plain step.
+
+Each test runs on NumPy and, where CuPy sees a CUDA GPU (marker ``gpu``), on CuPy.
+"""
 
 import copy
 
@@ -12,7 +15,10 @@ import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
+from chainer.backends import cuda  # noqa: E402
 from chainer_ext import RecomputeHook, trace  # noqa: E402
+
+from chainer_ext_nets import DEVICES  # noqa: E402
 
 
 class Counter(chainer.FunctionNode):
@@ -43,12 +49,14 @@ class Logger(chainer.FunctionNode):
         return gy[0] * 2,
 
 
-class NumpyNoise(chainer.FunctionNode):
-    """Adds standard normal noise drawn from NumPy's global generator; keeps nothing."""
+class Noise(chainer.FunctionNode):
+    """Adds standard normal noise drawn from the global generator of its input's array module
+    (NumPy's or CuPy's); keeps nothing."""
 
     def forward(self, inputs):
         x, = inputs
-        return x + np.random.standard_normal(x.shape).astype(x.dtype),
+        xp = chainer.backend.get_array_module(x)
+        return x + xp.random.standard_normal(x.shape).astype(x.dtype),
 
     def backward(self, indexes, gy):
         return gy[0],
@@ -85,8 +93,8 @@ class Net(chainer.Chain):
             return F.gaussian(h, F.log(F.absolute(h) + 1))
         if k == "dropconnect":
             return F.simplified_dropconnect(h, self.l2.W, self.l2.b, 0.5)
-        assert k == "numpy_noise"
-        return NumpyNoise().apply((h,))[0]
+        assert k == "noise"
+        return Noise().apply((h,))[0]
 
     def forward(self, x):
         h = F.relu(self.l1(x))
@@ -98,20 +106,21 @@ def _loss(m, x, t):
     return F.softmax_cross_entropy(m(x), t)
 
 
-def _make(kind):
+def _make(kind, device="@numpy"):
     np.random.seed(0)
     m = Net(kind)
     x = np.random.randn(6, 8).astype(np.float32)
     t = np.random.randint(0, 4, 6).astype(np.int32)
-    return m, x, t
+    m.to_device(device)
+    return m, m.device.send(x), m.device.send(t)
 
 
 def _state(m):
-    """Gradients, persistent values, the counter and the log of `m`, by name."""
-    out = {"grad " + k: p.grad.copy() for k, p in m.namedparams()}
+    """Gradients, persistent values, the counter and the log of `m`, by name (NumPy arrays)."""
+    out = {"grad " + k: cuda.to_cpu(p.grad).copy() for k, p in m.namedparams()}
     for path, link in m.namedlinks():
         for k in link._persistent:
-            out[f"{path}/{k}"] = np.array(getattr(link, k), copy=True)
+            out[f"{path}/{k}"] = np.array(cuda.to_cpu(getattr(link, k)), copy=True)
     out["calls"] = np.array(m.calls)
     out["log"] = np.array(m.log)
     return out
@@ -120,6 +129,7 @@ def _state(m):
 def _step(m, x, t, hook=None):
     m.cleargrads()
     np.random.seed(5)
+    m.xp.random.seed(5)
     with chainer.using_config("train", True):
         with hook if hook is not None else _nothing():
             _loss(m, x, t).backward()
@@ -141,8 +151,8 @@ def _thirds(g):
                                           set(range(n))])
 
 
-def _run(kind, plan=_thirds):
-    m, x, t = _make(kind)
+def _run(kind, plan=_thirds, device="@numpy"):
+    m, x, t = _make(kind, device)
     with chainer.using_config("train", True):
         g = trace(lambda: _loss(m, x, t))
     ref = _step(copy.deepcopy(m), x, t)
@@ -159,14 +169,15 @@ def _node(g, kind):
     name = {"bn": "BatchNormalization", "brn": "FunctionAdapter",
             "dbn": "DecorrelatedBatchNormalization", "counter": "Counter", "logger": "Logger",
             "dropout": "Dropout", "gaussian": "Gaussian", "dropconnect": "SimplifiedDropconnect",
-            "numpy_noise": "NumpyNoise"}[kind]
+            "noise": "Noise"}[kind]
     (v,) = [v for v in g.labels if g.attrs[v]["function"] == name]
     return v
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["bn", "brn", "dbn", "counter"])
-def test_side_effects_happen_once(kind):
-    g, hook = _run(kind)
+def test_side_effects_happen_once(kind, device):
+    g, hook = _run(kind, device=device)
     v = _node(g, kind)
     assert v in hook.last_iteration["recomputed"]
     assert g.attrs[v]["restore"] and not g.facts.nodes[v].pinned
@@ -209,20 +220,26 @@ def test_a_change_swapped_cannot_undo_pins_the_function():
     assert hook.last_iteration["recomputed"]
 
 
-@pytest.mark.parametrize("kind", ["dropout", "gaussian", "dropconnect", "numpy_noise"])
-def test_random_draws_are_replayed(kind):
-    g, hook = _run(kind)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["dropout", "gaussian", "dropconnect", "noise"])
+def test_random_draws_are_replayed(kind, device):
+    g, hook = _run(kind, device=device)
     v = _node(g, kind)
-    assert v in hook.last_iteration["recomputed"]
     nf = g.facts.nodes[v]
+    if kind == "noise" and device != "@numpy":
+        # CuPy's generator has no state to save, and Noise keeps nothing to reuse: it is pinned
+        assert nf.pinned and "CuPy" in g.attrs[v]["pinned"]
+        assert v not in hook.last_iteration["recomputed"]
+        return
+    assert v in hook.last_iteration["recomputed"]
     assert not nf.pinned
     # either it reuses what it drew (its kept state) or NumPy's random state is replayed
     assert nf.stochastic or ["numpy.random"] in g.attrs[v].get("restore", [])
 
 
 def test_numpy_noise_replays_numpy_state():
-    g, _ = _run("numpy_noise")
-    v = _node(g, "numpy_noise")
+    g, _ = _run("noise")
+    v = _node(g, "noise")
     assert g.attrs[v]["restore"] == [["numpy.random"]]
     assert not g.facts.nodes[v].stochastic
 

@@ -16,7 +16,7 @@ import chainer.links as L  # noqa: E402
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
 
-from chainer_ext_nets import NETS, assert_same, clone, make, step  # noqa: E402
+from chainer_ext_nets import DEVICES, NETS, assert_same, clone, make, step  # noqa: E402
 from facts_strategies import canonical_strategies  # noqa: E402
 from strategies import examples  # noqa: E402
 
@@ -36,10 +36,12 @@ def _plans(g):
 
 
 def _measured(model, x, t, lossfn, hook):
-    """Peak bytes of one step above what was allocated before it (warm-up step first)."""
+    """Peak bytes of one step above what was allocated before it (warm-up step first): traced
+    by tracemalloc on NumPy, CuPy's pool high-water mark on a GPU."""
     def run():
         model.cleargrads()
         np.random.seed(123)
+        model.xp.random.seed(123)
         with chainer.using_config("train", True):
             if hook is None:
                 lossfn(model, x, t).backward()
@@ -63,10 +65,11 @@ def _check(g, plan, model, x, t, lossfn, ref, what):
                                                                          predicted)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(NETS))
-def test_hook_executes_the_schedule(name):
+def test_hook_executes_the_schedule(name, device):
     batch = 256 if name in ("mlp", "dropout", "split") else 32
-    model, x, t, lossfn = make(name, batch=batch)
+    model, x, t, lossfn = make(name, batch=batch, device=device)
     with chainer.using_config("train", True):
         g = trace(lambda: lossfn(model, x, t))
     ref = step(clone(model), x, t, lossfn)
