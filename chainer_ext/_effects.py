@@ -39,7 +39,7 @@ from . import _backend
 
 __all__ = ["Snapshot", "GLOBAL_RNG", "MISSING", "swapped", "capture", "put", "same_bits",
            "same_data", "numpy_rng_fingerprint", "NumpyRngState", "CupyRandomWatch",
-           "counting_random_state"]
+           "counting_random_state", "seeded_cupy_random"]
 
 #: The path of NumPy's global random state.
 GLOBAL_RNG = ("numpy.random",)
@@ -404,3 +404,36 @@ class CupyRandomWatch:
             with cp.cuda.Device(dev):
                 cp.random.set_random_state(inner)
         self._orig = {}
+
+
+@contextlib.contextmanager
+def seeded_cupy_random(seed, cupy=None):
+    """For the block, give every GPU a new global CuPy generator seeded with `seed`; put the
+    original generators back afterwards.
+
+    Two blocks with the same `seed` draw the same numbers, and the caller's generators are not
+    advanced by what a block draws (their state lives on the device and cannot be saved, so
+    they are set aside instead). Without CuPy or a visible GPU the block runs unchanged.
+
+    Parameters
+    ----------
+    seed : int
+    cupy : module, optional
+        CuPy (default: the one :mod:`chainer_ext._backend` imported; a stand-in, for tests).
+    """
+    cp = cupy if cupy is not None else _backend.cupy
+    try:
+        n = 0 if cp is None else cp.cuda.runtime.getDeviceCount()
+    except Exception:  # CuPy without a driver or a device
+        n = 0
+    orig = {}
+    try:
+        for dev in range(n):
+            with cp.cuda.Device(dev):
+                orig[dev] = cp.random.get_random_state()
+                cp.random.set_random_state(cp.random.RandomState(seed))
+        yield
+    finally:
+        for dev, state in orig.items():
+            with cp.cuda.Device(dev):
+                cp.random.set_random_state(state)

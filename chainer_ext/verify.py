@@ -12,6 +12,9 @@ from .hook import RecomputeHook
 
 __all__ = ["verify", "VerifyReport", "VerificationError"]
 
+#: The seed of the CuPy generators both runs draw from (any fixed value: the runs must agree).
+_CUPY_SEED = 0
+
 
 @dataclasses.dataclass(frozen=True)
 class VerifyReport:
@@ -62,8 +65,9 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
     Each run starts from the state before the call: parameters, their gradients, persistent
     values and NumPy's global random state are saved first and put back before the hooked run.
     Afterwards they are put back again: ``verify`` leaves the model as it was before the call
-    (no step is taken). CuPy's random state cannot be saved: on GPU, a step drawing from CuPy's
-    generator is compared against other draws.
+    (no step is taken). CuPy's global generators cannot be saved, so each run draws from new
+    ones seeded alike (:func:`chainer_ext._effects.seeded_cupy_random`) and the caller's are put
+    back afterwards, not advanced.
 
     Parameters
     ----------
@@ -99,12 +103,14 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
     state = _State(model, params)
     state.save_start()
     try:
-        loss, watch = _run(step, None)
+        with _effects.seeded_cupy_random(_CUPY_SEED):
+            loss, watch = _run(step, None)
         state.adopt(watch)
         plain = state.result(loss)
         state.restore_start()
         hook = RecomputeHook(strategy, record=True)
-        loss, _ = _run(step, hook)
+        with _effects.seeded_cupy_random(_CUPY_SEED):
+            loss, _ = _run(step, hook)
         hooked = state.result(loss)
     finally:
         state.restore_start()

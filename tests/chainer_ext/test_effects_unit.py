@@ -14,24 +14,35 @@ from chainer_ext import _effects  # noqa: E402
 
 
 class FakeState:
-    def __init__(self):
-        self.draws = 0
+    def __init__(self, seed=None):
+        self.draws, self.seed = 0, seed
 
     def normal(self, size):
         self.draws += 1
         return np.full(size, 7.0)
 
 
-def _fake_cupy():
-    current = {0: FakeState()}
+def _fake_cupy(n_devices=1):
+    """A stand-in CuPy with `n_devices` GPUs: (module, {device: generator}, array class)."""
+    current = {d: FakeState() for d in range(n_devices)}
+    device = [0]
 
     class Array:
         device = types.SimpleNamespace(id=0)
 
+    @contextlib.contextmanager
+    def use(i):
+        old, device[0] = device[0], i
+        try:
+            yield
+        finally:
+            device[0] = old
+
     random = types.SimpleNamespace(RandomState=FakeState,
-                                   get_random_state=lambda: current[0],
-                                   set_random_state=lambda s: current.__setitem__(0, s))
-    cuda = types.SimpleNamespace(Device=lambda i: contextlib.nullcontext())
+                                   get_random_state=lambda: current[device[0]],
+                                   set_random_state=lambda s: current.__setitem__(device[0], s))
+    cuda = types.SimpleNamespace(Device=use, runtime=types.SimpleNamespace(
+        getDeviceCount=lambda: n_devices))
     return types.SimpleNamespace(ndarray=Array, random=random, cuda=cuda), current, Array
 
 
@@ -75,3 +86,25 @@ def test_numpy_fingerprint_changes_when_numpy_draws():
     assert _effects.same_data(a, _effects.numpy_rng_fingerprint())
     np.random.random_sample(3)
     assert not _effects.same_data(a, _effects.numpy_rng_fingerprint())
+
+
+def test_seeded_cupy_random_sets_the_callers_generators_aside_on_every_device():
+    cp, current, _ = _fake_cupy(n_devices=2)
+    mine = dict(current)
+    with _effects.seeded_cupy_random(3, cupy=cp):
+        inside = dict(current)
+        assert all(inside[d] is not mine[d] and inside[d].seed == 3 for d in (0, 1))
+        inside[1].normal(2)
+    assert current == mine and mine[1].draws == 0  # put back, not advanced
+    with pytest.raises(KeyError):  # put back after an error too
+        with _effects.seeded_cupy_random(3, cupy=cp):
+            raise KeyError
+    assert current == mine
+
+
+def test_seeded_cupy_random_without_a_device_changes_nothing():
+    cp, current, _ = _fake_cupy(n_devices=0)
+    with _effects.seeded_cupy_random(3, cupy=cp):
+        assert current == {}
+    with _effects.seeded_cupy_random(3):  # this machine's CuPy, if any
+        pass

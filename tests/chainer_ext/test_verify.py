@@ -13,12 +13,15 @@ import numpy as np  # noqa: E402
 import lowerset  # noqa: E402
 from chainer_ext import VerificationError, verify, trace  # noqa: E402
 
-from chainer_ext_nets import make, persistents  # noqa: E402
+from chainer.backends import cuda  # noqa: E402
+
+from chainer_ext_nets import DEVICES, make, persistents  # noqa: E402
 
 
 def _snapshot(model):
-    out = {k: p.array.copy() for k, p in model.namedparams()}
-    out.update({"grad " + k: p.grad.copy() for k, p in model.namedparams() if p.grad is not None})
+    out = {k: cuda.to_cpu(p.array).copy() for k, p in model.namedparams()}
+    out.update({"grad " + k: cuda.to_cpu(p.grad).copy() for k, p in model.namedparams()
+                if p.grad is not None})
     out.update(persistents(model))
     return out, np.random.get_state()[1].copy()
 
@@ -30,9 +33,11 @@ def _same_snapshot(a, b):
     assert a[1].tobytes() == b[1].tobytes()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("named", [True, False])
-def test_passes_on_a_normal_model_and_leaves_it_as_it_was(named):
-    model, x, t, lossfn = make("dropout" if named else "resnet")
+def test_passes_on_a_normal_model_and_leaves_it_as_it_was(named, device):
+    # "dropout" draws from CuPy's generator on a GPU
+    model, x, t, lossfn = make("dropout" if named else "resnet", device=device)
     with chainer.using_config("train", True):
         g = trace(lambda: lossfn(model, x, t))
         plan = lowerset.solve(g, model="paper", mode="memory")
