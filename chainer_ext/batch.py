@@ -334,7 +334,7 @@ def _planner_name(planner):
     return getattr(planner, "__name__", type(planner).__name__)
 
 
-def least_peak(graph, memory_limit, planner="lowerset", method="exact"):
+def least_peak(graph, memory_limit, planner="lowerset", method="auto"):
     """Return the least whole-step peak (bytes) a planner's plans reach on `graph`, or None.
 
     Plain step: its schedule's peak; "chen": Chen's plan's; "lowerset": the last plan of
@@ -353,7 +353,7 @@ def least_peak(graph, memory_limit, planner="lowerset", method="exact"):
         return None
 
 
-def predict(graph, memory_limit, planner="lowerset", method="exact"):
+def predict(graph, memory_limit, planner="lowerset", method="auto"):
     """Plan one batch size: the plans to try, best first, and the least predicted peak.
 
     Parameters
@@ -364,8 +364,8 @@ def predict(graph, memory_limit, planner="lowerset", method="exact"):
         Bytes.
     planner : None, "chen", "lowerset" or callable
         As :func:`max_batch_size`.
-    method : {"exact", "approx"}
-        For "lowerset".
+    method : {"auto", "exact", "approx"}
+        For "lowerset" (:func:`lowerset.solve`).
 
     Returns
     -------
@@ -483,7 +483,7 @@ def _make_step(loss_fn, b, strategy, params):
 # -- the search ----------------------------------------------------------------------------------
 
 
-def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="exact", params=None,
+def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", params=None,
                    trace_batches=(2, 4), max_batch=1 << 16, traced=None, device=None,
                    max_steps=8, **trace_kwargs):
     """Return the largest batch whose training step fits `memory_limit` bytes.
@@ -506,8 +506,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="exact",
         (:func:`lowerset.baselines.chen_sqrtn`); "lowerset": :func:`lowerset.solve` at
         `memory_limit`; a callable ``planner(graph, memory_limit)`` returns a
         :class:`lowerset.CanonicalStrategy` or raises :class:`lowerset.InfeasibleBudgetError`.
-    method : {"exact", "approx"}
-        For "lowerset".
+    method : {"auto", "exact", "approx"}
+        For "lowerset" (:func:`lowerset.solve`).
     params : chainer.Link or iterable of chainer.Parameter, optional
         Whose gradients are cleared before each real step; default the Parameters the forward
         pass reads.

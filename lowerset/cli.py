@@ -2,10 +2,10 @@
 
 ::
 
-    lowerset plan GRAPH --budget 11.4GB [--method exact|approx] [--model executor|paper] -o plan.json
+    lowerset plan GRAPH --budget 11.4GB [--method auto|exact|approx] [--model executor|paper] -o plan.json
     lowerset simulate PLAN [--plot timeline.png] [--plot-plan plan.png] [--dot plan.dot]
-    lowerset pareto GRAPH [--method exact|approx] [--plot pareto.png]
-    lowerset min-budget GRAPH [--method exact|approx] [--model executor|paper]
+    lowerset pareto GRAPH [--method auto|exact|approx] [--plot pareto.png]
+    lowerset min-budget GRAPH [--method auto|exact|approx] [--model executor|paper]
 
 GRAPH is one of the authors' ``cg_*.txt`` files or a graph JSON written by
 :func:`lowerset.save_graph` (for instance of a graph recorded by ``chainer_ext.trace``, whose
@@ -73,8 +73,10 @@ def build_parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(q, model=True):
-        q.add_argument("--method", choices=("exact", "approx"), default="exact",
-                       help="all lower sets (exact, default) or the pruned family (approx)")
+        q.add_argument("--method", choices=("auto", "exact", "approx"), default="auto",
+                       help="all lower sets (exact), the pruned family (approx), or exact where "
+                            "the graph has at most 50,000 lower sets, else approx (auto, "
+                            "default)")
         if model:
             q.add_argument("--model", choices=("executor", "paper"), default="executor",
                            help="executor: whole-step device bytes as the schedule predicts "
@@ -241,12 +243,20 @@ def _infeasible(e, model):
             f"{e.min_budget} or more")
 
 
+def _resolve_method(a, g):
+    """Replace ``a.method`` "auto" by the method it picks for `g` (printed in the summaries)."""
+    from .dp import resolve_method
+
+    a.method = resolve_method(g, a.method, time_limit=a.time_limit)
+
+
 def cmd_plan(a, out):
     """``lowerset plan``: solve and write the strategy."""
     from .exceptions import InfeasibleBudgetError
     from .planner import solve
 
     g = read_graph(a.graph)
+    _resolve_method(a, g)
     if a.model == "executor" and a.mode != "time":
         raise CommandError("--mode memory is the paper's memory-centric DP: add --model paper")
     with progress(f"planning {os.path.basename(a.graph)}", not a.no_progress):
@@ -332,6 +342,7 @@ def cmd_pareto(a, out):
     from .planner import pareto, solve
 
     g = read_graph(a.graph)
+    _resolve_method(a, g)
     with progress(f"pareto {os.path.basename(a.graph)}", not a.no_progress):
         front = pareto(g, a.method, time_limit=a.time_limit)
         others = {"Chen's sqrt(n)": baselines.chen_sqrtn(g)}
@@ -372,6 +383,7 @@ def cmd_pareto(a, out):
 def cmd_min_budget(a, out):
     """``lowerset min-budget``: the least feasible budget."""
     g = read_graph(a.graph)
+    _resolve_method(a, g)
     with progress(f"min-budget {os.path.basename(a.graph)}", not a.no_progress):
         if a.model == "paper":
             from .dp import min_budget

@@ -15,10 +15,13 @@ from .exceptions import InfeasibleBudgetError, LowersetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family, mask_of_bits
 from .strategy import CanonicalStrategy
 
-__all__ = ["min_budget", "MODES", "METHODS"]
+__all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
 
 MODES = ("time", "memory")
 METHODS = ("exact", "approx")
+#: The method that picks "exact" where the graph's lower sets number at most
+#: ``max_lower_sets``, else "approx" (:func:`resolve_method`).
+AUTO = "auto"
 
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
@@ -28,6 +31,62 @@ _ENTRY_BYTES = 32
 
 def _check_method(method):
     return check_choice(method, "method", METHODS)
+
+
+@requires_graph
+def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+    """Return `method`, with "auto" replaced by "exact" where `G` has at most `max_lower_sets`
+    lower sets (Sec. 4.2), else by "approx" (the pruned family, Sec. 4.3).
+
+    The lower sets are counted without being stored, and the count stops at `max_lower_sets`.
+
+    Parameters
+    ----------
+    G : Graph
+    method : {"auto", "exact", "approx"}
+    max_lower_sets : int
+        >= 1.
+    time_limit : float, optional
+        Seconds for the count.
+
+    Returns
+    -------
+    {"exact", "approx"}
+
+    Raises
+    ------
+    ArgumentError
+        If `method` is unknown or `max_lower_sets` < 1.
+    SearchLimitError
+        If the time limit passes while counting (``limit="time_limit"``).
+
+    Examples
+    --------
+    >>> ls.dp.resolve_method(ls.Graph.chain(4), "auto")
+    'exact'
+    """
+    _check_any_method(method)
+    if method != AUTO:
+        return method
+    return _resolve(G, method, check_count(max_lower_sets, "max_lower_sets"),
+                    _limits.Deadline(check_time_limit(time_limit)))
+
+
+def _check_any_method(method):
+    return check_choice(method, "method", METHODS + (AUTO,))
+
+
+def _resolve(G, method, max_lower_sets, deadline):
+    """:func:`resolve_method` with checked arguments and a running deadline."""
+    if method != AUTO:
+        return method
+    try:
+        _count(G, max_lower_sets, deadline)
+    except SearchLimitError as e:
+        if e.limit != "max_lower_sets":
+            raise
+        return "approx"
+    return "exact"
 
 
 def _check_mode(mode):
@@ -219,8 +278,9 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     Parameters
     ----------
     G : Graph
-    method : {"exact", "approx"}
-        Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3).
+    method : {"exact", "approx", "auto"}
+        Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3); "auto": "exact" where
+        the lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored.
@@ -258,9 +318,10 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     >>> ls.min_budget(g)
     50
     """
-    _check_method(method)
+    _check_any_method(method)
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
     deadline = _limits.Deadline(check_time_limit(time_limit))
+    method = _resolve(G, method, max_lower_sets, deadline)
     best, chain = _min_budget(G, method, max_lower_sets, deadline)
     if not return_strategy:
         return best
@@ -287,9 +348,10 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         "time" (time-centric): the least overhead (eq. 1) with peak <= B. "memory"
         (memory-centric, Sec. 4.4): the largest overhead with peak <= B, which yields coarse
         segments where liveness analysis frees most.
-    method : {"exact", "approx"}
+    method : {"exact", "approx", "auto"}
         "exact": DP over all lower sets, optimal for the paper's model (Sec. 4.2). "approx": DP
-        over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2).
+        over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2). "auto": "exact" where the
+        lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored; the default keeps one exact DP pass to seconds.
@@ -342,11 +404,12 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     50
     """
     _check_mode(mode)
-    _check_method(method)
+    _check_any_method(method)
     if budget is not None:
         budget = check_budget(budget)
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
     deadline = _limits.Deadline(check_time_limit(time_limit))
+    method = _resolve(G, method, max_lower_sets, deadline)
     if budget is None:
         budget = _min_budget(G, method, max_lower_sets, deadline)[0]
     else:

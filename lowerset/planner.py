@@ -160,17 +160,19 @@ def _paper(G, method, mode, budget, max_lower_sets, deadline):
     return cache[key]
 
 
-def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
     """Return the overhead/peak trade-off of the planner's pool of canonical strategies.
 
     Parameters
     ----------
     G : Graph
         With execution facts (from ``chainer_ext.trace``) or the defaults.
-    method : {"exact", "approx"}
+    method : {"auto", "exact", "approx"}
         "approx": the paper's DP over the pruned family (Sec. 4.3); "exact": also over all lower
         sets (Sec. 4.2), and the least-peak plan improved by local search
-        (:func:`lowerset.refine.refine`).
+        (:func:`lowerset.refine.refine`); "auto" (default): "exact" where the graph has at most
+        `max_lower_sets` lower sets, else "approx" (:func:`lowerset.dp.resolve_method` says
+        which).
     max_lower_sets : int
         For "exact": raise instead of enumerating more lower sets than this.
     time_limit : float, optional
@@ -205,9 +207,7 @@ def pareto(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_lim
     ...                                                      for s in front)
     True
     """
-    check_graph(G)
-    if method not in dp.METHODS:
-        raise ArgumentError(f"unknown method {method!r}; expected one of {dp.METHODS}")
+    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
     cache = G.__dict__.setdefault("_pareto_cache", {})
     key = (method, max_lower_sets)
     if key not in cache:
@@ -239,7 +239,7 @@ def _merge(G, method, max_lower_sets, strategies):
     cache[key] = _front(cache[key] + list(strategies))
 
 
-def min_peak(G, method="exact", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
+def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
              time_limit=None):
     """Return the planner's strategy with the least schedule peak, with the least overhead
     :func:`solve` finds at that peak.
@@ -275,6 +275,7 @@ def min_peak(G, method="exact", *, measure="step", max_lower_sets=DEFAULT_MAX_LO
     """
     if measure not in MEASURES:
         raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
+    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
     if measure == "activations":
         check_graph(G)
         s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
@@ -295,7 +296,7 @@ def _activation_view(G):
     return view
 
 
-def solve(G, budget=None, mode="time", method="exact", *, model="executor",
+def solve(G, budget=None, mode="time", method="auto", *, model="executor",
           max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
     """Plan a canonical strategy within a memory budget.
 
@@ -312,9 +313,11 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
         For ``model="paper"``: time-centric (least eq. (1) overhead) or memory-centric (largest,
         Sec. 4.4). The executor model is time-centric: least overhead within the budget;
         :func:`min_peak` is its memory-centric end.
-    method : {"exact", "approx"}
+    method : {"auto", "exact", "approx"}
         Search all lower sets (Sec. 4.2; under the executor model the answer is then improved
-        by local search, :func:`lowerset.refine.refine`) or the pruned family (Sec. 4.3).
+        by local search, :func:`lowerset.refine.refine`) or the pruned family (Sec. 4.3);
+        "auto" (default): "exact" where the graph has at most `max_lower_sets` lower sets, else
+        "approx" (:func:`lowerset.dp.resolve_method` says which).
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int
@@ -356,6 +359,7 @@ def solve(G, budget=None, mode="time", method="exact", *, model="executor",
     check_graph(G)
     if model not in MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
+    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
     if model == "paper":
         return dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
                         time_limit=time_limit)

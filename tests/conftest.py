@@ -1,4 +1,4 @@
-"""Fixtures shared by the tests: the authors' published graphs."""
+"""Fixtures and graphs shared by the tests: the authors' published graphs, a wide fan."""
 
 import os
 from pathlib import Path
@@ -27,3 +27,10 @@ def cg_graph(request):
         pytest.skip(f"authors' graph {path} not found; set LOWERSET_GRAPHS to the folder of "
                     "the cg_*.txt files")
     return ls.read_cg(path)
+
+
+def fan(width):
+    """A source, `width` parallel nodes and a sink, 10 bytes each: 2**width + 2 lower sets."""
+    n = width + 2
+    edges = [(0, v) for v in range(1, n - 1)] + [(v, n - 1) for v in range(1, n - 1)]
+    return ls.Graph(list(range(n)), edges, dict.fromkeys(range(n), 1), dict.fromkeys(range(n), 10))

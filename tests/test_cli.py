@@ -12,7 +12,7 @@ import pytest
 import lowerset as ls
 from lowerset import cli
 
-from conftest import graphs_dir
+from conftest import fan, graphs_dir
 
 
 def run(*argv):
@@ -50,6 +50,16 @@ def diamond(tmp_path):
 
 
 class TestPlan:
+    def test_default_method_plans_a_graph_too_wide_for_exact(self, tmp_path):
+        g, path = fan(17), tmp_path / "fan.json"     # 131,074 lower sets
+        ls.save_graph(g, path)
+        status, _, err = run("plan", path, "-b", ls.schedule(g).peak, "--method", "exact")
+        assert status == 1 and "max_lower_sets" in err
+        status, stdout, _ = run("plan", path, "-b", ls.schedule(g).peak, "-o", tmp_path / "p.json")
+        assert status == 0 and "plan (executor model, approx)" in stdout
+        status, _, err = run("min-budget", path)
+        assert status == 0 and "least whole-step peak (approx)" in err
+
     def test_writes_a_plan_within_the_budget(self, vgg, tmp_path):
         out = tmp_path / "plan.json"
         status, stdout, _ = run("plan", vgg, "--budget", "2.5GB", "--method", "approx", "-o", out)
