@@ -130,7 +130,8 @@ def output_arrays(func):
 class _Record:
     """What the trace hook learns about one function application."""
 
-    __slots__ = ("func", "before", "in_roots", "snap", "cupy_calls", "restore", "pre", "pin",
+    __slots__ = ("func", "before", "in_roots", "in_owners", "snap", "cupy_calls", "restore",
+                 "pre", "pin",
                  "stochastic", "changed_inputs", "times", "state", "skip", "level",
                  "forward_peak", "out_specs", "out_views", "out_refs", "freed_after",
                  "backward_peak", "got_grad", "_wrapped")
@@ -150,6 +151,8 @@ class _TraceHook(chainer.FunctionHook):
         self._started = 0          # recorded applications started so far
         self._backward = False
         self._gy_roots = {}        # id(root) -> (weakref, [(position, output index)])
+        self._out_roots = {}       # id(root) -> (weakref, [(position, output index)])
+        self.read_outside = set()  # outputs read by functions applied under no_backprop_mode
         self._types = _backend.array_types()
         self.cupy_watch = _effects.CupyRandomWatch()
         self.numpy_rng = _effects.NumpyRngState()
@@ -163,11 +166,14 @@ class _TraceHook(chainer.FunctionHook):
         r = _Record()
         r.func, r.skip = function, not chainer.config.enable_backprop
         self.records.append(r)
+        owners = [self._owners(a) for a in in_data]
         if r.skip:
+            self.read_outside.update(o for os_ in owners for o in os_)
             return
         self._started += 1
         r.before = array_attr_ids(function, self._types)
         r.in_roots = [weakref.ref(_backend.root_buffer(a)) for a in in_data]
+        r.in_owners = owners
         self.cupy_watch.watch(in_data)
         # what the forward may change besides its outputs (see _effects); what it changed is
         # undone after tracing, so that tracing leaves the model as it was
@@ -203,6 +209,11 @@ class _TraceHook(chainer.FunctionHook):
                    for k in forward_state(function, r.before, exclude, self._types)]
         j = len(self.pos)
         self.pos[id(function)] = j
+        for k, root in enumerate(roots):
+            ref, owners = self._out_roots.get(id(root), (None, None))
+            if ref is None or ref() is not root:
+                ref, owners = self._out_roots[id(root)] = (weakref.ref(root), [])
+            owners.append((j, k))
         r.freed_after = [-1] * len(outs)
         r.out_refs = [weakref.ref(y, self._on_free(r, k)) for k, y in enumerate(outs)]
         if self.profile:
@@ -216,6 +227,12 @@ class _TraceHook(chainer.FunctionHook):
                 self._rerun(r, function, in_data, r.restore, clear_state=False)
                 _backend.synchronize(in_data)
                 r.times.append(time.perf_counter() - t0)
+
+    def _owners(self, a):
+        """The recorded outputs ``(position, k)`` whose memory array `a` is (or is a view of)."""
+        root = _backend.root_buffer(a)
+        ref, owners = self._out_roots.get(id(root), (None, ()))
+        return tuple(owners) if ref is not None and ref() is root else ()
 
     def _check_effects(self, r, function, in_data, outs):
         """Set ``r.restore`` (what a recomputation must set back, see _effects), ``r.pin`` (why
@@ -418,7 +435,11 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
     -----
     Functions applied under ``chainer.no_backprop_mode()`` are not nodes (their outputs are
     treated as inputs), and functions applied inside another function's forward are not
-    recorded.
+    recorded. Outputs the step hands outside its graph join ``facts.returned`` without a seed,
+    so that no plan frees or drops them: those read by a function applied under
+    ``no_backprop_mode``, those whose Variable is still alive when `fn` returns (kept by the
+    caller or by a link: ``L.LSTM``'s state), and those whose array an external argument
+    shares (``chainer.Variable(y.array)``). `fn` should keep what the real step keeps.
 
     References
     ----------
@@ -445,6 +466,7 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
                 raise TraceError("the traced callable applied no function with backprop "
                                  "enabled")
             hook.records_by_pos = hook.records
+            hook.held_by_caller = _held_by_caller(hook.records, results)
             saved_grads = _save_grads(hook.records)
             hook.start_backward()
             _run_backward(results)
@@ -466,6 +488,19 @@ def _returned(result):
         return list(result)
     raise TraceError(f"the traced callable must return a chainer.Variable or a tuple of them, "
                      f"got {type(result).__name__}")
+
+
+def _held_by_caller(records, results):
+    """Outputs ``(position, k)`` whose Variable is still alive when the traced callable returns,
+    besides the results: the caller or a link keeps it (``L.LSTM``'s state, a dict of logits)."""
+    out = []
+    for j, r in enumerate(records):
+        for k, ref in enumerate(r.func.outputs):
+            node = ref()
+            var = None if node is None else node.get_variable_or_none()
+            if var is not None and not any(var is v for v in results):
+                out.append((j, k))
+    return out
 
 
 def _save_grads(records):
@@ -507,10 +542,11 @@ def _build(hook, results, cost_model, time_unit, count_state):
     pos = hook.pos
     nodes, edges, cost, memory, attrs, facts = [], [], {}, {}, {}, []
     externals, ext_index, held = [], {}, []
+    aliased = set()   # outputs whose memory an external argument shares (Variable(y.array))
     for j, r in enumerate(records):
         f = r.func
         args, fargs = [], []
-        for node in f.inputs:
+        for p, node in enumerate(f.inputs):
             creator = node.creator_node
             if creator is not None and id(creator) in pos:
                 i = pos[id(creator)]
@@ -521,6 +557,7 @@ def _build(hook, results, cost_model, time_unit, count_state):
             else:
                 var = node.get_variable_or_none()
                 kind = "param" if isinstance(var, chainer.Parameter) else "input"
+                aliased.update(r.in_owners[p])
                 key = _external_key(node, var, held)
                 if key not in ext_index:
                     ext_index[key] = len(externals)
@@ -560,10 +597,12 @@ def _build(hook, results, cost_model, time_unit, count_state):
     node_facts = _node_facts(records, facts, hook)
     seeds = tuple(o for o in returned if records[o[0]].got_grad is not None
                   and records[o[0]].got_grad[o[1]])
+    # outputs the step hands outside the graph are never freed either (no seed: no gradient)
+    held = sorted(set(hook.read_outside) | set(hook.held_by_caller) | aliased)
     ef = lowerset.ExecutionFacts(
         nodes=node_facts, forward_order=tuple(range(len(records))),
         backward_order=tuple(hook.backward_order), externals=tuple(externals),
-        returned=tuple(dict.fromkeys(returned)), seeds=tuple(dict.fromkeys(seeds)))
+        returned=tuple(dict.fromkeys(returned + held)), seeds=tuple(dict.fromkeys(seeds)))
     return TracedGraph(nodes, edges, cost, memory, attrs, facts=ef, outputs=out_labels,
                        cost_model=cost_model,
                        time_unit=time_unit if cost_model == "profile" else None)

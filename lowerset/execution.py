@@ -111,7 +111,10 @@ class ExecutionFacts:
         ``(kind, bytes)`` of each array used by the step but made before it (parameters,
         inputs); kind is one of :data:`EXTERNAL_KINDS`. They are resident during the step.
     returned : tuple of (int, int)
-        Outputs ``(node, k)`` returned to the caller: never freed during the step.
+        Outputs ``(node, k)`` the step hands outside its graph, never freed during the step:
+        returned to the caller, and (without a seed) kept by the caller or a link after the
+        forward pass, read by a function outside the graph, or sharing memory with an external
+        argument.
     seeds : tuple of (int, int)
         Returned outputs the backward pass starts from; each gets an initial gradient.
 

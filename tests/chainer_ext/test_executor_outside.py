@@ -1,0 +1,152 @@
+"""Values a step hands outside its graph: read by a function applied under no_backprop_mode,
+kept by the caller or by a link, or shared with a Variable made from their array. The trace
+records them as returned outputs without a seed, so the schedule never frees or drops them and
+the hook never takes their arrays: the step runs as a plain one, and the schedule predicts its
+memory."""
+
+import copy
+import gc
+
+import numpy as np
+import pytest
+
+chainer = pytest.importorskip("chainer")
+
+import chainer.functions as F  # noqa: E402
+import chainer.links as L  # noqa: E402
+
+import lowerset  # noqa: E402
+from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
+
+TOLERANCE, SLACK = 0.03, 256 << 10
+
+
+class Outside(chainer.Chain):
+    """Linear, ReLU, Linear (logits, kept in ``self.kept``), a statistic of the first Linear's
+    output under no_backprop_mode, ReLU(logits) * Variable(tanh(logits).array)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stats, self.kept = [], {}
+        with self.init_scope():
+            self.l1, self.l2 = L.Linear(512, 1024), L.Linear(1024, 1024)
+
+    def forward(self, x):
+        a = self.l1(x)                               # 0: LinearFunction
+        logits = self.l2(F.relu(a))                  # 1: ReLU, 2: LinearFunction
+        self.kept["logits"] = logits
+        with chainer.no_backprop_mode():             # after a's last graph reader (ReLU)
+            self.stats.append(F.mean(a).array.copy())
+        alias = chainer.Variable(F.tanh(logits).array)   # 3: Tanh
+        return F.relu(logits) * alias                # 4: ReLU, 5: Mul
+
+
+class Stateful(chainer.Chain):
+    """An LSTM unrolled over 6 steps that keeps its last state on the link (``cell.h``,
+    ``cell.c``), a loss per step."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.cell, self.out = L.LSTM(256, 512), L.Linear(512, 10)
+
+    def forward(self, x, t):
+        self.cell.reset_state()
+        loss = 0
+        for s in range(x.shape[1]):
+            loss += F.softmax_cross_entropy(self.out(self.cell(x[:, s])), t[:, s])
+        return loss
+
+
+def _outside():
+    np.random.seed(0)
+    model = Outside()
+    x = np.random.standard_normal((256, 512)).astype(np.float32)
+    t = np.random.randint(0, 1024, 256).astype(np.int32)
+    return model, (x, t), lambda m, x, t: F.softmax_cross_entropy(m(x), t)
+
+
+def _stateful():
+    np.random.seed(0)
+    model = Stateful()
+    x = np.random.standard_normal((256, 6, 256)).astype(np.float32)
+    t = np.random.randint(0, 10, (256, 6)).astype(np.int32)
+    return model, (x, t), lambda m, x, t: m(x, t)
+
+
+def _run(model, args, lossfn, hook=None):
+    model.cleargrads()
+    with chainer.using_config("train", True):
+        with hook if hook is not None else _Nothing():
+            loss = lossfn(model, *args)
+            loss.backward()
+    return loss
+
+
+def _step(model, args, lossfn, hook=None):
+    loss = _run(model, args, lossfn, hook)
+    return loss.array.copy(), {k: p.grad.copy() for k, p in model.namedparams()}
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _plans(g):
+    return {"[V]": lowerset.CanonicalStrategy(g, [set(g.labels)]),
+            "min peak": lowerset.min_peak(g), "chen": lowerset.baselines.chen_sqrtn(g),
+            "paper": lowerset.solve(g, model="paper", mode="memory")}
+
+
+def test_trace_returns_values_used_outside_the_graph_without_a_seed():
+    model, args, lossfn = _outside()
+    with chainer.using_config("train", True):
+        g = trace(lambda: lossfn(model, *args))
+    names = [g.attrs[v]["function"] for v in g.labels]
+    assert names == ["LinearFunction", "ReLU", "LinearFunction", "Tanh", "ReLU", "Mul",
+                     "SoftmaxCrossEntropy"]
+    # the loss; the first Linear (read under no_backprop_mode), the logits (kept), the Tanh
+    # (its array is the Mul's second argument)
+    assert set(g.facts.returned) == {(6, 0), (0, 0), (2, 0), (3, 0)}
+    assert g.facts.seeds == ((6, 0),)
+    assert g.facts.nodes[5].args[1][0] < 0   # the alias is an external argument
+    for plan in _plans(g).values():
+        kept = {e.node for e in plan.schedule.events if e.kind in ("drop", "free_value")}
+        assert not kept & {0, 2, 3}
+
+
+@pytest.mark.parametrize("make", [_outside, _stateful], ids=["outside", "stateful"])
+def test_hooked_step_runs_as_a_plain_one_and_as_predicted(make):
+    model, args, lossfn = make()
+    with chainer.using_config("train", True):
+        g = trace(lambda: lossfn(model, *args))
+    ref_model = copy.deepcopy(model)
+    ref = _step(ref_model, args, lossfn)
+    for name, plan in _plans(g).items():
+        m = copy.deepcopy(model)
+        hook = RecomputeHook(plan, record=True)
+        got = _step(m, args, lossfn, hook)   # no_backprop_mode reads a value: no error
+        assert hook.events == list(plan.schedule.events), name
+        assert ref[0].tobytes() == got[0].tobytes(), name
+        assert all(ref[1][k].tobytes() == got[1][k].tobytes() for k in ref[1]), name
+        if make is _outside:
+            assert m.stats[-1].tobytes() == ref_model.stats[-1].tobytes()
+            # the logits the model keeps stay readable after backward()
+            assert m.kept["logits"].array.tobytes() == ref_model.kept["logits"].array.tobytes()
+        else:
+            assert m.cell.h.array.tobytes() == ref_model.cell.h.array.tobytes()
+        measured = _measured(copy.deepcopy(model), args, lossfn, hook)
+        predicted = plan.schedule.peak - plan.schedule.resident
+        assert abs(measured - predicted) <= TOLERANCE * predicted + SLACK, (name, measured,
+                                                                             predicted)
+
+
+def _measured(model, args, lossfn, hook):
+    """Peak bytes of one step above what was allocated before it (warm-up step first)."""
+    _run(model, args, lossfn, hook)
+    gc.collect()
+    return peak_memory(lambda: _run(model, args, lossfn, hook), params=model).peak
