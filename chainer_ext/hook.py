@@ -20,8 +20,9 @@ import lowerset
 from . import _backend
 from . import _chainer_internals as _ci
 from . import _effects
+from . import _freed
 from .exceptions import HookUsageError, StrategyMismatchError
-from .trace import array_attr_ids, forward_state, output_arrays
+from .trace import array_attr_ids, forward_state, get_state, output_arrays, set_state
 
 __all__ = ["RecomputeHook", "LivenessHook"]
 
@@ -113,8 +114,10 @@ class RecomputeHook(chainer.FunctionHook):
       reuses the random draws it keeps (``NodeFacts.stochastic``: Dropout's mask) keeps them
       until its backward; a pinned function (``NodeFacts.pinned``) is never recomputed.
     - Intermediate Variables the caller still holds lose their arrays when the schedule drops
-      them in forward (a recomputation puts them back); the outputs of the traced callable are
-      never freed.
+      or frees them in forward (a recomputation puts them back); the outputs of the traced
+      callable are never freed. Such a Variable keeps its shape and dtype: a floating-point one
+      holds a one-element stand-in (:mod:`chainer_ext._freed`) whose values raise
+      :class:`HookUsageError` when read.
     - If the forward pass ends inside the ``with`` block without a backward pass, the dropped
       values are recomputed at exit, so a backward pass outside the block still works (without
       savings).
@@ -444,7 +447,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._expect("forward", j)
         if self.record:
             made = sum(self._value_bytes(j, k, a) for k, a in enumerate(outs))
-            made += _nbytes(getattr(f, a) for a in self._state[j])
+            made += _nbytes(get_state(f, a) for a in self._state[j])
             self._note("forward", j, made, range(len(self._out_sig[j])))
         del outs, nodes
         self._run_own_events(recompute=False)
@@ -541,7 +544,8 @@ class RecomputeHook(chainer.FunctionHook):
                 # in backward, a Variable still alive is the caller's (the forward's locals are
                 # gone): it keeps its array, as in a plain run (logits read for accuracy)
                 if var is not None and self._phase != "backward":
-                    _ci.set_var_array(var, None)
+                    held = _ci.var_array(var)   # keeps shape and dtype readable (_freed)
+                    _ci.set_var_array(var, None if held is None else _freed.stand_in(held))
             if retained is not None and k in self._ret_out[v]:
                 retained[self._ret_out[v].index(k)] = None
         if retained is not None:
@@ -560,9 +564,9 @@ class RecomputeHook(chainer.FunctionHook):
         if self._state[v]:
             self._spent.add(v)
         if self.record:
-            self._note("free_state", v, _nbytes(getattr(f, a, None) for a in self._state[v]))
+            self._note("free_state", v, _nbytes(get_state(f, a) for a in self._state[v]))
         for a in self._state[v]:
-            setattr(f, a, None)
+            set_state(f, a, None)
 
     def _recompute(self, v):
         f = self._funcs[v]
@@ -590,7 +594,7 @@ class RecomputeHook(chainer.FunctionHook):
                               self._types)
         if self._facts[v].stochastic:  # its state is kept: what it makes again replaces it
             state = [a for a in state if a not in self._state[v]]
-        return _nbytes(ys) + _nbytes(getattr(f, a) for a in state)
+        return _nbytes(ys) + _nbytes(get_state(f, a) for a in state)
 
     def _run_forward(self, v, f, xs):
         """Run the forward of node `v` again: under its configuration, with what its first forward

@@ -82,13 +82,43 @@ def _nbytes(shape, dtype):
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
+#: Prefix of the state names that are attributes of the old-style Function an adapter wraps.
+WRAPPED = "wrapped."
+
+
+def _state_owners(func):
+    """(prefix, object) pairs whose attributes can hold `func`'s forward-made state: `func`, and
+    the old-style :class:`chainer.Function` a ``FunctionAdapter`` wraps (its state lives there:
+    BatchRenormalization's)."""
+    return [("" if root == "function" else WRAPPED, obj)
+            for root, obj in _effects.roots(func).items()]
+
+
 def array_attr_ids(func, types):
-    """Map attribute name -> id(array) for every array-valued attribute of `func`."""
-    return {k: id(v) for k, v in vars(func).items() if isinstance(v, types)}
+    """Map state name -> id(array) for every array-valued attribute of `func` (and of the
+    function it wraps, named with :data:`WRAPPED` in front)."""
+    return {prefix + k: id(v) for prefix, obj in _state_owners(func)
+            for k, v in vars(obj).items() if isinstance(v, types)}
+
+
+def get_state(func, name):
+    """The attribute `name` (from :func:`forward_state`) of `func`, None if unset."""
+    if name.startswith(WRAPPED):
+        return getattr(func.function, name[len(WRAPPED):], None)
+    return getattr(func, name, None)
+
+
+def set_state(func, name, value):
+    """Set the attribute `name` (from :func:`forward_state`) of `func`."""
+    if name.startswith(WRAPPED):
+        setattr(func.function, name[len(WRAPPED):], value)
+    else:
+        setattr(func, name, value)
 
 
 def forward_state(func, before, exclude, types):
-    """Names of array attributes `func` set or replaced in forward (its forward-made state).
+    """Names of array attributes `func` set or replaced in forward (its forward-made state;
+    read and set them with :func:`get_state` and :func:`set_state`).
 
     Parameters
     ----------
@@ -104,11 +134,8 @@ def forward_state(func, before, exclude, types):
     -------
     list of str
     """
-    out = []
-    for k, v in vars(func).items():
-        if isinstance(v, types) and before.get(k) != id(v) and id(v) not in exclude:
-            out.append(k)
-    return out
+    return [k for k, i in array_attr_ids(func, types).items()
+            if before.get(k) != i and i not in exclude]
 
 
 def output_arrays(func):
@@ -205,7 +232,7 @@ class _TraceHook(chainer.FunctionHook):
         r.out_views = [next((p for p, ref in enumerate(r.in_roots) if ref() is root), -1)
                        for root in roots]
         exclude = {id(a) for a in in_data} | {id(y) for y in outs}
-        r.state = [(k, int(getattr(function, k).nbytes))
+        r.state = [(k, int(get_state(function, k).nbytes))
                    for k in forward_state(function, r.before, exclude, self._types)]
         j = len(self.pos)
         self.pos[id(function)] = j
@@ -274,22 +301,22 @@ class _TraceHook(chainer.FunctionHook):
         counting NumPy's when it is among `paths`) and whether it rebound a state attribute."""
         if r.pin is not None and r.changed_inputs:
             in_data = tuple(a.copy() for a in in_data)  # it writes to its inputs
-        kept = {k: getattr(function, k) for k, _ in r.state}
+        kept = {k: get_state(function, k) for k, _ in r.state}
         np_fp, np_state = self.numpy_rng.now()
         calls = self.cupy_watch.calls
         try:
             if clear_state:
                 for k in kept:
-                    setattr(function, k, None)
+                    set_state(function, k, None)
             with _effects.swapped(function, paths, [r.pre[p] for p in paths], self._types), \
                     chainer.using_device(chainer.backend.get_device_from_array(*in_data)):
                 ys = function.forward(in_data)
                 drew = (self.cupy_watch.calls > calls
                         or not _effects.same_data(_effects.numpy_rng_fingerprint(), np_fp))
-            rebound = any(getattr(function, k) is not v for k, v in kept.items())
+            rebound = any(get_state(function, k) is not v for k, v in kept.items())
         finally:
             for k, v in kept.items():
-                setattr(function, k, v)
+                set_state(function, k, v)
             np.random.set_state(np_state)
         return ys, drew, rebound
 

@@ -2,7 +2,8 @@
 kept by the caller or by a link, or shared with a Variable made from their array. The trace
 records them as returned outputs without a seed, so the schedule never frees or drops them and
 the hook never takes their arrays: the step runs as a plain one, and the schedule predicts its
-memory."""
+memory. A value the schedule frees in forward while the model's code still holds it keeps its
+shape and dtype."""
 
 import contextlib
 import copy
@@ -17,7 +18,7 @@ import chainer.functions as F  # noqa: E402
 import chainer.links as L  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
+from chainer_ext import HookUsageError, RecomputeHook, peak_memory, trace  # noqa: E402
 
 TOLERANCE, SLACK = 0.03, 256 << 10
 
@@ -143,3 +144,42 @@ def _measured(model, args, lossfn, hook):
     _run(model, args, lossfn, hook)
     gc.collect()
     return peak_memory(lambda: _run(model, args, lossfn, hook), params=model).peak
+
+
+class ShapeLater(chainer.Chain):
+    """Reads the shape of a value after its last use (``outsize=c.shape[2:]``), as SegNet-like
+    decoders do: ReLU's backward reads its output, not its input, so every plan frees the
+    convolution's output right after the ReLU. Keeps that Variable's array in ``self.seen``."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1, self.c2 = L.Convolution2D(3, 16, 3, pad=1), L.Convolution2D(16, 16, 3, pad=1)
+
+    def forward(self, x):
+        c = self.c1(x)
+        p, idx = F.max_pooling_2d(F.relu(c), 2, return_indices=True)
+        y = F.upsampling_2d(F.relu(self.c2(p)), idx, 2, outsize=c.shape[2:])
+        self.seen = c.array
+        return F.sum(y * y)
+
+
+def test_a_freed_variable_keeps_its_shape_and_refuses_its_values():
+    np.random.seed(0)
+    model = ShapeLater()
+    x = np.random.standard_normal((4, 3, 32, 32)).astype(np.float32)
+    with chainer.using_config("train", True):
+        g = trace(lambda: model(x))
+        ref_model = copy.deepcopy(model)
+        ref = _step(ref_model, (x,), lambda m, x: m(x))
+        for plan in _plans(g).values():
+            m = copy.deepcopy(model)
+            got = _step(m, (x,), lambda m, x: m(x), RecomputeHook(plan))
+            assert ref[0].tobytes() == got[0].tobytes()
+            assert all(ref[1][k].tobytes() == got[1][k].tobytes() for k in ref[1])
+    freed = m.seen
+    assert freed.shape == (4, 16, 32, 32) and freed.dtype == np.float32 and "freed" in repr(freed)
+    for read in (lambda a: a + 1, lambda a: a.sum(), lambda a: a[0], lambda a: float(a[0, 0, 0, 0]),
+                 lambda a: a.copy(), np.mean, lambda a: a.dot(a), lambda a: F.relu(a)):
+        with pytest.raises(HookUsageError, match=r"freed by RecomputeHook.*no_backprop_mode"):
+            read(freed)

@@ -6,10 +6,11 @@ chainer = pytest.importorskip("chainer")
 
 import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
+import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import TraceError, TracedGraph, trace  # noqa: E402
+from chainer_ext import RecomputeHook, TraceError, TracedGraph, trace  # noqa: E402
 
 from chainer_ext_nets import NETS, make, persistents  # noqa: E402
 
@@ -76,6 +77,25 @@ def test_retained_values_and_state():
     g2, *_ = _trace("resnet")
     add = _by_function(g2, "Add")[0]
     assert g2.facts.nodes[add].reads_args == () and g2.facts.nodes[add].state == 0
+
+
+def test_state_of_an_old_style_function_is_the_wrapped_functions():
+    """BatchRenormalization is an old-style chainer.Function: a FunctionAdapter runs it, and
+    what it keeps for backward (x_hat, x_hat_renorm: the size of x; std, r: per channel) are
+    attributes of the wrapped Function."""
+    np.random.seed(0)
+    brn = L.BatchRenormalization(16)
+    x = chainer.Variable(np.random.standard_normal((64, 16, 8, 8)).astype(np.float32))
+    g = trace(lambda: F.sum(F.tanh(brn(x))))
+    (v,) = _by_function(g, "FunctionAdapter")
+    x_bytes = x.array.nbytes
+    assert g.facts.nodes[v].state == 2 * x_bytes + 2 * 16 * 4
+    s = lowerset.CanonicalStrategy(g, [set(g.labels)])
+    hook = RecomputeHook(s, record=True)
+    with chainer.using_config("train", True), hook:
+        F.sum(F.tanh(brn(x))).backward()
+    assert hook.events == list(s.schedule.events)
+    assert ("free_state", v, g.facts.nodes[v].state, ()) in hook.events
 
 
 def test_workspace_is_measured():
