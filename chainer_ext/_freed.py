@@ -32,7 +32,10 @@ class FreedArray(np.ndarray):
 
     __array_ufunc__ = __array_function__ = _refuse
     __getitem__ = __setitem__ = __iter__ = __float__ = __int__ = __complex__ = __bool__ = _refuse
-    copy = astype = dot = tolist = item = tobytes = fill = __deepcopy__ = _refuse
+    copy = astype = dot = tolist = item = tobytes = fill = _refuse
+
+    def __deepcopy__(self, memo):
+        return self   # read-only: a copy of the model may share it
 
     def __repr__(self):
         return f"FreedArray(shape={self.shape}, dtype={self.dtype}: freed by RecomputeHook)"
