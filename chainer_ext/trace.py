@@ -466,7 +466,11 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
     so that no plan frees or drops them: those read by a function applied under
     ``no_backprop_mode``, those whose Variable is still alive when `fn` returns (kept by the
     caller or by a link: ``L.LSTM``'s state), and those whose array an external argument
-    shares (``chainer.Variable(y.array)``). `fn` should keep what the real step keeps.
+    shares (``chainer.Variable(y.array)``). `fn` should keep what the real step keeps. An
+    array made during the step outside the graph (the output of a function under
+    ``no_backprop_mode``, NumPy arithmetic on ``.array``) that a node reads is an external
+    input: the schedule counts it as resident for the whole step, so ``schedule.peak`` counts
+    it even where it is already freed, and ``schedule.peak - schedule.resident`` leaves it out.
 
     References
     ----------
