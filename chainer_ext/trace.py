@@ -158,8 +158,7 @@ class _Record:
     """What the trace hook learns about one function application."""
 
     __slots__ = ("func", "before", "in_roots", "in_owners", "snap", "cupy_calls", "restore",
-                 "pre", "pin",
-                 "stochastic", "changed_inputs", "times", "state", "skip", "level",
+                 "pre", "pin", "stochastic", "changed_inputs", "times", "state", "skip", "level",
                  "forward_peak", "out_specs", "out_views", "out_refs", "freed_after",
                  "backward_peak", "got_grad", "_wrapped")
 
@@ -195,7 +194,7 @@ class _TraceHook(chainer.FunctionHook):
         self.records.append(r)
         owners = [self._owners(a) for a in in_data]
         if r.skip:
-            self.read_outside.update(o for os_ in owners for o in os_)
+            self.read_outside.update(o for arg in owners for o in arg)
             return
         self._started += 1
         r.before = array_attr_ids(function, self._types)

@@ -2,7 +2,8 @@
 
 ::
 
-    lowerset plan GRAPH --budget 11.4GB [--method auto|exact|approx] [--model executor|paper] -o plan.json
+    lowerset plan GRAPH --budget 11.4GB [--method auto|exact|approx] [--model executor|paper]
+                  -o plan.json
     lowerset simulate PLAN [--plot timeline.png] [--plot-plan plan.png] [--dot plan.dot]
     lowerset pareto GRAPH [--method auto|exact|approx] [--plot pareto.png]
     lowerset min-budget GRAPH [--method auto|exact|approx] [--model executor|paper]

@@ -140,7 +140,7 @@ class TestSimulate:
                                     dot, "--events")
             plan_png = png = None
         assert status == 0
-        assert f"peak: " in stdout and f"({s.schedule.peak} bytes)" in stdout
+        assert "peak: " in stdout and f"({s.schedule.peak} bytes)" in stdout
         assert "does NOT fit (over by 1 B (1 bytes))" in stdout
         events = [line.split("\t") for line in stdout.splitlines() if "\t" in line]
         assert [int(e[4]) for e in events] == s.schedule.timeline.tolist()
