@@ -18,7 +18,10 @@
 #
 # Subcommands (the install step runs first in each; it takes a few seconds):
 #   check          versions, the GPU, and whether Chainer sees CuPy and cuDNN
-#   tests [ARGS]   python -m pytest -p chainer_ext tests/chainer_ext -q -x ARGS
+#   tests [ARGS]   python -m pytest -p chainer_ext tests/chainer_ext -q -x ARGS (the tests marked
+#                  gpu run on @cupy:0 there: the schedule against CuPy's pool high-water mark,
+#                  CuPy's random draws replayed or pinned, verify, the enforced pool limit;
+#                  `tests -m gpu` runs only those)
 #   table1 ARGS    examples/reproduce_table1.py ARGS (default --out: $OUT/results or results/)
 #   all            check, tests, and a short ResNet50 table1 run at the paper's batch on the GPU
 #
