@@ -127,8 +127,8 @@ class RecomputeHook(chainer.FunctionHook):
       accuracy after ``backward()``) keeps its array when the schedule frees the value, as in a
       plain run: the hook drops its own references only. Values the traced step kept after its
       forward pass, or read under ``no_backprop_mode``, are never freed (see
-      :func:`chainer_ext.trace`); any other value the schedule frees or drops in forward has no
-      array after the step.
+      :func:`chainer_ext.trace`); any other value the schedule frees or drops in forward holds
+      the stand-in (or None) after the step.
     - A second backward pass over a step's graph raises :class:`HookUsageError` in the first
       function whose retained arrays or state the hook freed: run the forward pass again.
     - Chainer's hooks are per thread; a RecomputeHook holds one step's state, so entering one
