@@ -318,17 +318,21 @@ def _new(bsize, brefs, nb, nbytes):
 @njit(cache=True)
 def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, out_bytes,
          out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out,
-         fpeak, bpeak):
+         fpeak, bpeak, sum_inplace):
     """Pass 3: bytes in use after each event and at each event's highest point.
 
     Memory is counted per buffer: a view shares its base's buffer (its bytes are in use while
     any array refers to it). A FORWARD or RECOMPUTE allocates the outputs that are not views and
     the state; a BACKWARD takes its outputs' pending gradients, allocates one gradient per
     argument it gives one to (a view of an output gradient when ``arg_gview`` says so), then
-    sums each into the pending gradient of its target in argument order (one new array per
-    target with more than one gradient). The initial gradient of a seed is also held by the
-    caller for the whole step. An event's highest point is its start level plus the larger of
-    what it allocates (for a BACKWARD with its sums) and its measured peak (`fpeak`, `bpeak`).
+    sums each into the pending gradient of its target in argument order. With `sum_inplace`
+    False (Chainer) a target with more than one gradient gets one new array; with it True
+    (PyTorch) the output gradients are released first, then each arriving gradient is added
+    into the pending one if no other array shares that buffer, else the pending one into the
+    arriving one if none shares that, else both into a new array. The initial gradient of a
+    seed is also held by the caller for the whole step. An event's highest point is its start
+    level plus the larger of what it allocates (for a BACKWARD with its sums) and its measured
+    peak (`fpeak`, `bpeak`).
 
     Returns
     -------
@@ -406,6 +410,16 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
                     nb += 1
                     used += arg_size[a]
             high = used
+            if sum_inplace:
+                for o in range(out_ptr[v], out_ptr[v + 1]):
+                    used -= _unref(bsize, brefs, gy[o])
+                    gy[o] = -1
+                used, high, nb = _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx,
+                                              pend, bsize, brefs, nb, used, high)
+                extra = max(0, bpeak[v] - (high - before)) + (high - used)
+                timeline[i] = used + resident
+                highs[i] = used + extra + resident
+                continue
             for a in range(arg_ptr[v], arg_ptr[v + 1]):
                 if not arg_grad[a]:
                     continue
@@ -443,6 +457,36 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
         timeline[i] = used + resident
         highs[i] = used + extra + resident
     return timeline, highs
+
+
+@njit(cache=True)
+def _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend, bsize, brefs, nb, used,
+                 high):
+    """The gradient sums of node `v`'s backward, PyTorch's way (see :func:`fold`): each
+    argument's gradient in order joins its target's pending gradient. Return the bytes in use,
+    the highest level reached and the next buffer id."""
+    for a in range(arg_ptr[v], arg_ptr[v + 1]):
+        if not arg_grad[a]:
+            continue
+        t = arg_target[a]
+        g = gx[a]
+        old = pend[t]
+        if old < 0:
+            pend[t] = g
+        elif brefs[old] == 1:
+            used -= _unref(bsize, brefs, g)
+        elif brefs[g] == 1:
+            used -= _unref(bsize, brefs, old)
+            pend[t] = g
+        else:
+            pend[t] = _new(bsize, brefs, nb, arg_size[a])
+            nb += 1
+            used += arg_size[a]
+            if used > high:
+                high = used
+            used -= _unref(bsize, brefs, old)
+            used -= _unref(bsize, brefs, g)
+    return used, high, nb
 
 
 @njit(cache=True)

@@ -19,10 +19,14 @@ from dataclasses import dataclass, fields, replace
 
 from .exceptions import GraphError
 
-__all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "activation_facts", "EXTERNAL_KINDS"]
+__all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "activation_facts", "EXTERNAL_KINDS",
+           "GRAD_SUMS"]
 
 #: Kinds of external arrays: "param" (gets a gradient that persists) and "input".
 EXTERNAL_KINDS = ("param", "input")
+
+#: How a second gradient for one array is summed (:attr:`ExecutionFacts.grad_sum`).
+GRAD_SUMS = ("new", "inplace")
 
 #: NodeFacts fields that a trace measures rather than reads off the graph: two traces of the
 #: same step can differ in them by a few bytes of interpreter allocations.
@@ -67,6 +71,14 @@ class NodeFacts:
     plain_free_after : tuple of int
         Per output: the forward position after whose function the plain framework (no hook)
         frees the array, or -1 when it lives to the end of the step.
+    inplace : bool
+        The function writes each output that is a view (``output_views``) into that argument's
+        array in place (PyTorch's ``relu_``, ``add_``): the argument's value is overwritten, so
+        a plan drops the two together or keeps both (see :func:`lowerset.dropped_nodes`).
+    plain_free_in_backward : tuple of int
+        Per output: the position in ``backward_order`` after whose backward call the plain
+        framework frees the array (PyTorch's autograd releases what a backward node saved once
+        it has run), or -1; empty when no output is freed in the backward pass (Chainer).
     """
 
     outputs: tuple
@@ -82,6 +94,8 @@ class NodeFacts:
     stochastic: bool = False
     pinned: bool = False
     plain_free_after: tuple = ()
+    inplace: bool = False
+    plain_free_in_backward: tuple = ()
 
     def to_dict(self):
         """JSON-ready dict (tuples become lists)."""
@@ -117,6 +131,11 @@ class ExecutionFacts:
         argument.
     seeds : tuple of (int, int)
         Returned outputs the backward pass starts from; each gets an initial gradient.
+    grad_sum : str
+        How a second gradient for one array is summed (one of :data:`GRAD_SUMS`): ``"new"``
+        into a new array (Chainer, ``lazy_grad_sum=False``); ``"inplace"`` into the pending
+        gradient when no other array shares its buffer, else into the arriving one when none
+        shares that, else into a new array (PyTorch's autograd input buffers).
 
     Raises
     ------
@@ -134,6 +153,7 @@ class ExecutionFacts:
     externals: tuple = ()
     returned: tuple = ()
     seeds: tuple = ()
+    grad_sum: str = "new"
 
     @property
     def resident(self):
@@ -173,6 +193,8 @@ class ExecutionFacts:
                     raise GraphError(f"{what} entry {o!r} is not an output (node id, index)")
         if not set(self.seeds) <= set(self.returned):
             raise GraphError("every seed must be a returned output")
+        if self.grad_sum not in GRAD_SUMS:
+            raise GraphError(f"grad_sum must be one of {GRAD_SUMS}, got {self.grad_sum!r}")
 
     def keyed(self, labels, measured=True):
         """A hashable form with node ids replaced by `labels` (for graph equality).
@@ -190,7 +212,7 @@ class ExecutionFacts:
         return (nodes, tuple(labels[v] for v in self.forward_order),
                 tuple(labels[v] for v in self.backward_order), self.externals,
                 tuple((labels[v], k) for v, k in self.returned),
-                tuple((labels[v], k) for v, k in self.seeds))
+                tuple((labels[v], k) for v, k in self.seeds), self.grad_sum)
 
     def to_dict(self):
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -199,7 +221,8 @@ class ExecutionFacts:
                 "backward_order": list(self.backward_order),
                 "externals": [list(e) for e in self.externals],
                 "returned": [list(o) for o in self.returned],
-                "seeds": [list(o) for o in self.seeds]}
+                "seeds": [list(o) for o in self.seeds],
+                "grad_sum": self.grad_sum}
 
     @classmethod
     def from_dict(cls, d):
@@ -209,7 +232,8 @@ class ExecutionFacts:
                    backward_order=tuple(d["backward_order"]),
                    externals=tuple(tuple(e) for e in d["externals"]),
                    returned=tuple(tuple(o) for o in d["returned"]),
-                   seeds=tuple(tuple(o) for o in d["seeds"]))
+                   seeds=tuple(tuple(o) for o in d["seeds"]),
+                   grad_sum=d.get("grad_sum", "new"))
 
 
 def default_facts(graph):
@@ -331,6 +355,16 @@ def _check_node(graph, v, nf, facts):
                                       graph.n - 1)):
         if len(vals) != size or any(not lo <= int(x) <= hi for x in vals):
             raise bad(f"{name} must have {size} entries in {lo}..{hi}, got {vals!r}")
+    pfb = nf.plain_free_in_backward
+    if pfb and (len(pfb) != n_out
+                or any(not -1 <= int(x) < len(facts.backward_order) for x in pfb)):
+        raise bad(f"plain_free_in_backward must be empty or have {n_out} entries in "
+                  f"-1..{len(facts.backward_order) - 1}, got {pfb!r}")
+    if pfb and any(q >= 0 and b >= 0 for q, b in zip(nf.plain_free_after, pfb)):
+        raise bad("an output is freed in the forward pass (plain_free_after) and again in the "
+                  "backward pass (plain_free_in_backward)")
+    if nf.inplace and all(int(p) < 0 for p in nf.output_views):
+        raise bad("inplace needs an output that is a view of an argument (output_views)")
 
 
 def _nonneg(x):

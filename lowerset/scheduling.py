@@ -23,14 +23,16 @@ The hooked step then runs in three passes over the graph's :class:`~lowerset.Exe
 3. **Memory fold** (:func:`simulate`). Bytes are counted per buffer, so a view (``output_views``,
    ``grad_views``) costs nothing while its base lives and keeps the base alive. A backward
    allocates one gradient per argument in ``grad_args`` (of the argument's size); a gradient
-   arriving for an array that already has one is summed into a new array at once (Chainer's
-   default, ``lazy_grad_sum=False``). Each event peaks at its start level plus the larger of what
-   it allocates (and, for a backward, the sums' transient arrays) and its measured
-   ``forward_peak``/``backward_peak``. Parameters and inputs (``externals``) are resident.
+   arriving for an array that already has one is summed at once, into a new array (Chainer's
+   default, ``lazy_grad_sum=False``) or in place (PyTorch; ``ExecutionFacts.grad_sum``). Each
+   event peaks at its start level plus the larger of what it allocates (and, for a backward,
+   the sums' transient arrays) and its measured ``forward_peak``/``backward_peak``. Parameters
+   and inputs (``externals``) are resident.
 
 A plain step (no hook; :func:`schedule` of a :class:`~lowerset.Graph`) has no drops and no
-recomputation; a value is freed where the recorded run freed it (``plain_free_after``), states
-live to the end, gradients are freed after each backward.
+recomputation; a value is freed where the recorded run freed it (``plain_free_after`` in the
+forward pass, ``plain_free_in_backward`` in the backward pass), states live to the end,
+gradients are freed after each backward.
 
 References
 ----------
@@ -235,7 +237,9 @@ def simulate(plan):
 def dropped_nodes(strategy):
     """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
     pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
-    consumers."""
+    consumers; an in-place function (``NodeFacts.inplace``) and the producer of the array it
+    overwrites are dropped only when all of them would be (they share one buffer, and a
+    recomputation of the in-place function needs its argument's value from before the write)."""
     return dropped_of_labels(strategy.graph, segment_labels(strategy))
 
 
@@ -253,14 +257,22 @@ def dropped_of_labels(g, seg):
 
     A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor lies in a
     later segment (then it is on ∂(L_i) itself)."""
-    src, dst, droppable = _drop_rule(g)
+    src, dst, droppable, tie = _drop_rule(g)
     boundary = np.zeros(g.n, dtype=bool)
     boundary[src[seg[dst] > seg[src]]] = True
-    return droppable & ~boundary & (seg != seg.max())
+    dropped = droppable & ~boundary & (seg != seg.max())
+    if tie is not None:  # an in-place function and the array it overwrites: both or neither
+        whole = np.ones(g.n, dtype=bool)
+        np.logical_and.at(whole, tie, dropped)
+        dropped &= whole[tie]
+    return dropped
 
 
 def _drop_rule(g):
-    """(edge sources, edge targets, nodes that may be dropped) of `g`, computed once."""
+    """(edge sources, edge targets, nodes that may be dropped, in-place groups) of `g`,
+    computed once. The groups are an int64 root id per node (None when nothing is in place):
+    an in-place function (``NodeFacts.inplace``) and the producer of the array it overwrites
+    share one."""
     cached = g.__dict__.get("_drop_rule")
     if cached is None:
         src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))
@@ -269,8 +281,31 @@ def _drop_rule(g):
             keep[v] = True
         droppable = ~keep & (np.diff(g.succ_ptr) > 0)
         cached = g.__dict__["_drop_rule"] = (src, np.asarray(g.succ_idx, dtype=np.int64),
-                                             droppable)
+                                             droppable, _inplace_groups(g.facts))
     return cached
+
+
+def _inplace_groups(facts):
+    """Root id per node of the groups tied by in-place writes (union-find), or None."""
+    root = np.arange(len(facts.nodes), dtype=np.int64)
+
+    def find(v):
+        while root[v] != v:
+            root[v] = root[root[v]]
+            v = root[v]
+        return v
+
+    tied = False
+    for w, nf in enumerate(facts.nodes):
+        if not nf.inplace:
+            continue
+        for p in nf.output_views:
+            if p >= 0 and nf.args[p][0] >= 0:
+                root[find(w)] = find(nf.args[p][0])
+                tied = True
+    if not tied:
+        return None
+    return np.array([find(v) for v in range(len(root))], dtype=np.int64)
 
 
 def pinned_nodes(g):
@@ -283,7 +318,7 @@ def pinned_nodes(g):
 Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_node out_bytes "
                           "out_view returned seed grad_out plain_free state stoch arg_ptr "
                           "arg_node arg_out arg_target arg_size arg_grad arg_gview rarg_ptr "
-                          "rarg_idx rout_ptr rout_idx fpeak bpeak")
+                          "rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd sum_inplace")
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
@@ -362,7 +397,10 @@ def _flatten(g):
         rout_ptr=_i64([0] + list(np.cumsum([len(r) for r in rout]))),
         rout_idx=_i64([o for r in rout for o in r]),
         fpeak=_i64([nf.forward_peak for nf in F.nodes]),
-        bpeak=_i64([nf.backward_peak for nf in F.nodes]))
+        bpeak=_i64([nf.backward_peak for nf in F.nodes]),
+        plain_free_bwd=_i64([q for nf in F.nodes
+                             for q in (nf.plain_free_in_backward or (-1,) * len(nf.outputs))]),
+        sum_inplace=F.grad_sum == "inplace")
 
 
 # -- the three passes ------------------------------------------------------------------------------
@@ -396,18 +434,28 @@ def _plain_arrays(g):
                 u = int(f.out_node[o])
                 kind.append(_k.SEED_GRAD), node.append(u), nbytes.append(int(f.out_bytes[o]))
                 outs.append([o - int(f.out_ptr[u])])
-        for u in sorted({int(f.out_node[o]) for o in frees[q]}, key=f.fpos.__getitem__):
-            ks = sorted(o - int(f.out_ptr[u]) for o in frees[q] if f.out_node[o] == u)
-            kind.append(_k.FREE_VALUE), node.append(u), outs.append(ks)
-            nbytes.append(int(sum(f.out_bytes[int(f.out_ptr[u]) + k] for k in ks)))
-    for j in f.bwd.tolist():
+        _plain_frees(f, frees[q], kind, node, nbytes, outs)
+    bfrees = [[] for _ in range(f.bwd.shape[0])]
+    for o in np.flatnonzero(f.plain_free_bwd >= 0).tolist():
+        bfrees[int(f.plain_free_bwd[o])].append(o)
+    for q, j in enumerate(f.bwd.tolist()):
         lo, hi = int(f.out_ptr[j]), int(f.out_ptr[j + 1])
         b = int(f.out_bytes[lo:hi][f.grad_out[lo:hi]].sum())
         kind.append(_k.BACKWARD), node.append(j), nbytes.append(b), outs.append([])
         if f.grad_out[lo:hi].any():
             kind.append(_k.FREE_GRAD), node.append(j), nbytes.append(b), outs.append([])
+        _plain_frees(f, bfrees[q], kind, node, nbytes, outs)
     optr = _i64([0] + list(np.cumsum([len(o) for o in outs])))
     return _i64(kind), _i64(node), _i64(nbytes), optr, _i64([k for o in outs for k in o])
+
+
+def _plain_frees(f, freed, kind, node, nbytes, outs):
+    """Append the FREE_VALUE events of the outputs `freed` (ids), one per node in forward
+    order."""
+    for u in sorted({int(f.out_node[o]) for o in freed}, key=f.fpos.__getitem__):
+        ks = sorted(o - int(f.out_ptr[u]) for o in freed if f.out_node[o] == u)
+        kind.append(_k.FREE_VALUE), node.append(u), outs.append(ks)
+        nbytes.append(int(sum(f.out_bytes[int(f.out_ptr[u]) + k] for k in ks)))
 
 
 def _recompute_cost(g, arrays):
@@ -422,7 +470,7 @@ def _fold(g, arrays):
     timeline, highs = _k.fold(kind, node, nbytes, optr, oidx, f.resident, f.n_out, f.n_targets,
                               f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
                               f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out,
-                              f.fpeak, f.bpeak)
+                              f.fpeak, f.bpeak, f.sum_inplace)
     top = int(highs.max()) if highs.size else f.resident
     idx = int(np.argmax(highs)) if highs.size and top > f.resident else -1
     return MemoryFold(timeline=timeline, highs=highs, resident=f.resident,

@@ -4,8 +4,9 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees, a random subset of
-nodes whose backward runs (in a random order with consumers first), several returned outputs.
+views, in-place writes, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
+frees in either pass, a random subset of nodes whose backward runs (in a random order with
+consumers first), several returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
 """
 
@@ -35,38 +36,53 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             a += [(~e, 0) for e in draw(st.lists(st.integers(0, n_ext - 1), max_size=2))]
         a = draw(st.permutations(a)) if a else []
         args.append(tuple(a))
+    runs = draw(st.lists(st.booleans(), min_size=n, max_size=n), label="backward runs")
+    bwd = _reverse_topological(draw, n, edges, [v for v in range(n) if runs[v]])
+    bpos = {v: q for q, v in enumerate(bwd)}
     nodes = []
     for v in range(n):
         m = len(args[v])
+        views = tuple(draw(st.sampled_from([-1, -1] + list(range(m)))) for _ in outs[v])
         consumers_pos = [w for w in range(n) if any(s == v for s, _ in args[w])]
         last = max([v] + consumers_pos)
+        freed = tuple(draw(st.sampled_from([-1] + list(range(last, n)))) for _ in outs[v])
         nodes.append(ls.NodeFacts(
             outputs=outs[v], args=args[v],
             state=draw(st.sampled_from([0, 0, 3, 17])),
             reads_args=tuple(p for p in range(m) if draw(st.booleans())),
             reads_outputs=tuple(k for k in range(len(outs[v])) if draw(st.booleans())),
             grad_args=tuple(draw(st.booleans()) for _ in range(m)),
-            output_views=tuple(draw(st.sampled_from([-1, -1] + list(range(m))))
-                               for _ in outs[v]),
+            output_views=views,
             grad_views=tuple(draw(st.sampled_from([-1, -1] + list(range(len(outs[v])))))
                              for _ in range(m)),
             forward_peak=draw(st.sampled_from([0, 0, 50, 120])),
             backward_peak=draw(st.sampled_from([0, 0, 50, 120])),
             stochastic=draw(st.booleans()),
             pinned=draw(st.sampled_from([False, False, False, True])),
-            plain_free_after=tuple(draw(st.sampled_from([-1] + list(range(last, n))))
-                                   for _ in outs[v])))
-    runs = draw(st.lists(st.booleans(), min_size=n, max_size=n), label="backward runs")
-    bwd = _reverse_topological(draw, n, edges, [v for v in range(n) if runs[v]])
+            plain_free_after=freed,
+            inplace=any(p >= 0 for p in views) and draw(st.booleans()),
+            plain_free_in_backward=draw(_backward_frees(freed, v, args, bpos))))
     sinks = [v for v in range(n) if not any(u == v for u, _ in edges)]
     returned = tuple((v, k) for v in sinks for k in range(len(outs[v])) if draw(st.booleans()))
     seeds = tuple(o for o in returned if draw(st.booleans()))
     facts = ls.ExecutionFacts(nodes=tuple(nodes), forward_order=tuple(range(n)),
                               backward_order=bwd, externals=externals, returned=returned,
-                              seeds=seeds)
+                              seeds=seeds, grad_sum=draw(st.sampled_from(ls.GRAD_SUMS)))
     cost = {v: draw(st.integers(1, 5)) for v in range(n)}
     memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
     return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)
+
+
+def _backward_frees(freed, v, args, bpos):
+    """``plain_free_in_backward`` of node `v`: empty, or per output -1 (always for an output
+    the forward pass frees, `freed`) or a backward position no earlier than the backward of `v`
+    and of its consumers that run."""
+    after = [bpos[w] for w in [v] + [w for w, a in enumerate(args) if any(s == v for s, _ in a)]
+             if w in bpos]
+    first = max(after, default=0)
+    positions = [-1] + list(range(first, len(bpos)))
+    return st.one_of(st.just(()), st.tuples(*[st.sampled_from(positions if q < 0 else [-1])
+                                              for q in freed]))
 
 
 def _reverse_topological(draw, n, edges, subset):

@@ -39,7 +39,17 @@ def _dropped(strategy):
     for v, nf in enumerate(F.nodes):
         keep[v] |= nf.pinned
     has_consumer = np.diff(g.succ_ptr) > 0
-    return ~keep & has_consumer
+    dropped = ~keep & has_consumer
+    changed = True
+    while changed:  # an in-place function and the producer it overwrites: both or neither
+        changed = False
+        for w, nf in enumerate(F.nodes):
+            for p in nf.output_views if nf.inplace else ():
+                u = nf.args[p][0] if p >= 0 else -1
+                if u >= 0 and dropped[w] != dropped[u]:
+                    dropped[w] = dropped[u] = False
+                    changed = True
+    return dropped
 
 
 def _compute_events(g, dropped):
@@ -222,9 +232,21 @@ def _plain_events(g):
             ks = tuple(sorted(per_node[u]))
             out.append(Event("free_value", g.labels[u], sum(F.nodes[u].outputs[k] for k in ks),
                              ks))
-    for j in F.backward_order:
+    bfrees = {}  # backward position -> (node, k) freed after it
+    for v, nf in enumerate(F.nodes):
+        for k, q in enumerate(nf.plain_free_in_backward):
+            if q >= 0:
+                bfrees.setdefault(q, []).append((v, k))
+    for q, j in enumerate(F.backward_order):
         out.append(_compute_event(g, "backward", j))
         out.extend(_grad_free_events(g, j))
+        per_node = {}
+        for u, k in bfrees.get(q, []):
+            per_node.setdefault(u, []).append(k)
+        for u in sorted(per_node, key=fpos.__getitem__):
+            ks = tuple(sorted(per_node[u]))
+            out.append(Event("free_value", g.labels[u], sum(F.nodes[u].outputs[k] for k in ks),
+                             ks))
     return out
 
 
@@ -303,7 +325,7 @@ def _fold(g, events):
 def _backward_grads(F, v, nf, mem, pending, gy):
     """Allocate node v's input gradients and sum them into the pending ones (in argument
     order, as Chainer's backprop_step does); return the highest bytes in use meanwhile."""
-    order, new = [], {}
+    order, new, flat = [], {}, []
     for p, ((s, k), gives) in enumerate(zip(nf.args, nf.grad_args)):
         if not gives:
             continue
@@ -315,7 +337,10 @@ def _backward_grads(F, v, nf, mem, pending, gy):
             order.append((target, size))
             new[target] = []
         new[target].append(b)
+        flat.append((target, size, b))
     high = mem.used
+    if F.grad_sum == "inplace":
+        return _sum_inplace(mem, pending, gy, flat, high)
     for target, size in order:
         arrays = ([pending[target]] if target in pending else []) + new[target]
         if len(arrays) == 1:
@@ -324,5 +349,29 @@ def _backward_grads(F, v, nf, mem, pending, gy):
         pending[target] = mem.new(size)
         high = max(high, mem.used)
         for b in arrays:
+            mem.unref(b)
+    return high
+
+
+def _sum_inplace(mem, pending, gy, flat, high):
+    """PyTorch's sums: the output gradients are released, then each argument's gradient, in
+    argument order, joins its target: added into the pending one if nothing else refers to its
+    buffer, else the pending one into it if nothing else refers to that, else both into a new
+    array."""
+    for k in list(gy):
+        mem.unref(gy.pop(k))
+    for target, size, b in flat:
+        old = pending.get(target)
+        if old is None:
+            pending[target] = b
+        elif mem.refs[old] == 1:
+            mem.unref(b)
+        elif mem.refs[b] == 1:
+            mem.unref(old)
+            pending[target] = b
+        else:
+            pending[target] = mem.new(size)
+            high = max(high, mem.used)
+            mem.unref(old)
             mem.unref(b)
     return high
