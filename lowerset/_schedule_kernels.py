@@ -105,14 +105,16 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
 
 @njit(cache=True)
 def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_ptr, rarg_idx,
-             rout_ptr, rout_idx, returned):
+             rout_ptr, rout_idx, returned, held):
     """Pass 2: the last read of every materialization of every array.
 
     Slots ``0..n_out-1`` are outputs, ``n_out + v`` the state of node ``v``. A FORWARD or
     RECOMPUTE of ``v`` writes ``v``'s outputs and its state (a stochastic recomputation reuses
     the state: it reads it) and reads all ``v``'s arguments; a BACKWARD reads the arguments in
     ``rarg``, the outputs in ``rout`` and its state. A write closes the slot's previous
-    materialization. Returned outputs stay open (never freed).
+    materialization. Returned outputs stay open (never freed). The FORWARD copy of output ``o``
+    is read at least until compute event ``held[o]`` (a forward position: the forward events
+    come first, in forward order), the last function during which the step's code holds it.
 
     Returns
     -------
@@ -124,6 +126,7 @@ def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_
     n_slot = n_out + n
     open_at = np.full(n_slot, -1, dtype=np.int64)
     last = np.zeros(n_slot, dtype=np.int64)
+    floor = np.full(n_slot, -1, dtype=np.int64)  # the held_until of an open forward copy
     cap = 2 * n_slot + ckind.shape[0] + 1
     r_slot = np.empty(cap, dtype=np.int64)
     r_start = np.empty(cap, dtype=np.int64)
@@ -152,29 +155,33 @@ def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_
             if state[v] > 0:
                 last[n_out + v] = e
         for x in range(out_ptr[v], out_ptr[v + 1]):
-            r = _open(x, e, open_at, last, r_slot, r_start, r_last, r)
+            r = _open(x, e, open_at, last, floor, r_slot, r_start, r_last, r)
+            if k == FORWARD:
+                floor[x] = held[x]
         if makes_state:
-            r = _open(n_out + v, e, open_at, last, r_slot, r_start, r_last, r)
+            r = _open(n_out + v, e, open_at, last, floor, r_slot, r_start, r_last, r)
     for x in range(n_slot):
         if open_at[x] >= 0 and not (x < n_out and returned[x]):
             r_slot[r] = x
             r_start[r] = open_at[x]
-            r_last[r] = last[x]
+            r_last[r] = max(last[x], floor[x])
             r += 1
     return r_slot[:r], r_start[:r], r_last[:r]
 
 
 @njit(cache=True)
-def _open(x, e, open_at, last, r_slot, r_start, r_last, r):
+def _open(x, e, open_at, last, floor, r_slot, r_start, r_last, r):
     """Slot `x` is written by compute event `e`: close its open materialization (recording it
-    at index `r`) and open a new one. Return the next record index."""
+    at index `r`; it lives at least until event ``floor[x]``) and open a new one. Return the
+    next record index."""
     if open_at[x] >= 0:
         r_slot[r] = x
         r_start[r] = open_at[x]
-        r_last[r] = last[x]
+        r_last[r] = max(last[x], floor[x])
         r += 1
     open_at[x] = e
     last[x] = e
+    floor[x] = -1
     return r
 
 

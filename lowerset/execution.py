@@ -79,6 +79,13 @@ class NodeFacts:
         Per output: the position in ``backward_order`` after whose backward call the plain
         framework frees the array (PyTorch's autograd releases what a backward node saved once
         it has run), or -1; empty when no output is freed in the backward pass (Chainer).
+    held_until : tuple of int
+        Per output: the forward position up to whose function (inclusive) the step's own code
+        holds a reference to the array, so that no executor can free it earlier (PyTorch: a
+        Python variable of the model's ``forward`` still names the tensor after its last use),
+        or -1 when it holds none beyond the array's uses; empty when an executor frees arrays
+        whatever the code holds (Chainer's hook empties the Variable). Liveness analysis keeps
+        the forward copy of the array at least that long.
     """
 
     outputs: tuple
@@ -96,6 +103,7 @@ class NodeFacts:
     plain_free_after: tuple = ()
     inplace: bool = False
     plain_free_in_backward: tuple = ()
+    held_until: tuple = ()
 
     def to_dict(self):
         """JSON-ready dict (tuples become lists)."""
@@ -363,6 +371,10 @@ def _check_node(graph, v, nf, facts):
     if pfb and any(q >= 0 and b >= 0 for q, b in zip(nf.plain_free_after, pfb)):
         raise bad("an output is freed in the forward pass (plain_free_after) and again in the "
                   "backward pass (plain_free_in_backward)")
+    held = nf.held_until
+    if held and (len(held) != n_out or any(not -1 <= int(x) < graph.n for x in held)):
+        raise bad(f"held_until must be empty or have {n_out} entries in -1..{graph.n - 1}, "
+                  f"got {held!r}")
     if nf.inplace and all(int(p) < 0 for p in nf.output_views):
         raise bad("inplace needs an output that is a view of an argument (output_views)")
 

@@ -16,7 +16,9 @@ The hooked step then runs in three passes over the graph's :class:`~lowerset.Exe
    twice.
 2. **Liveness analysis.** Every array (an output of a node, or a node's state) is freed right
    after its last read in the event sequence: ``drop`` for the forward copy of a dropped value,
-   ``free_value`` otherwise, ``free_state`` for states. The backward of a node reads the arrays
+   ``free_value`` otherwise, ``free_state`` for states; the forward copy of an output lives at
+   least until the forward position its ``held_until`` names (the step's own code holds it).
+   The backward of a node reads the arrays
    in its ``reads_args`` and ``reads_outputs`` and its state; a forward or recomputation reads all
    its arguments (a stochastic function's recomputation also reads its kept state). After a
    ``backward`` its output gradients are freed (``free_grad``). Returned outputs are never freed.
@@ -318,7 +320,8 @@ def pinned_nodes(g):
 Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_node out_bytes "
                           "out_view returned seed grad_out plain_free state stoch arg_ptr "
                           "arg_node arg_out arg_target arg_size arg_grad arg_gview rarg_ptr "
-                          "rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd sum_inplace")
+                          "rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd sum_inplace "
+                          "held")
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
@@ -400,7 +403,8 @@ def _flatten(g):
         bpeak=_i64([nf.backward_peak for nf in F.nodes]),
         plain_free_bwd=_i64([q for nf in F.nodes
                              for q in (nf.plain_free_in_backward or (-1,) * len(nf.outputs))]),
-        sum_inplace=F.grad_sum == "inplace")
+        sum_inplace=F.grad_sum == "inplace",
+        held=_i64([q for nf in F.nodes for q in (nf.held_until or (-1,) * len(nf.outputs))]))
 
 
 # -- the three passes ------------------------------------------------------------------------------
@@ -412,7 +416,7 @@ def _hooked_arrays(g, dropped):
                                      f.arg_node, f.rarg_ptr, f.rarg_idx, f.rout_ptr)
     slot, start, last = _k.liveness(ckind, cnode, f.n_out, f.state, f.stoch, f.out_ptr,
                                     f.arg_ptr, f.arg_out, f.rarg_ptr, f.rarg_idx, f.rout_ptr,
-                                    f.rout_idx, f.returned)
+                                    f.rout_idx, f.returned, f.held)
     return _k.emit_events(ckind, cnode, slot, start, last, dropped, f.n_out, f.fpos, f.out_ptr,
                           f.out_node, f.out_bytes, f.state, f.stoch, f.seed, f.grad_out)
 

@@ -4,7 +4,7 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, in-place writes, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
+views, in-place writes, arrays the step's code holds past their last use, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
 frees in either pass, a random subset of nodes whose backward runs (in a random order with
 consumers first), several returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
@@ -61,7 +61,9 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             pinned=draw(st.sampled_from([False, False, False, True])),
             plain_free_after=freed,
             inplace=any(p >= 0 for p in views) and draw(st.booleans()),
-            plain_free_in_backward=draw(_backward_frees(freed, v, args, bpos))))
+            plain_free_in_backward=draw(_backward_frees(freed, v, args, bpos)),
+            held_until=draw(st.one_of(st.just(()), st.tuples(
+                *[st.sampled_from([-1] + list(range(v, n))) for _ in outs[v]])))))
     sinks = [v for v in range(n) if not any(u == v for u, _ in edges)]
     returned = tuple((v, k) for v in sinks for k in range(len(outs[v])) if draw(st.booleans()))
     seeds = tuple(o for o in returned if draw(st.booleans()))

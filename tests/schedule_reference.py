@@ -117,11 +117,11 @@ def _hooked_events(strategy):
     live, ends = {}, [[] for _ in compute]
     for e, (kind, v) in enumerate(compute):
         for key in _reads(F, kind, v):
-            live[key][1] = e
+            live[key][1] = max(live[key][1], e)
         for key in _writes(F, kind, v):
             if key in live:
                 _close(live.pop(key), key, ends)
-            live[key] = [e, e]
+            live[key] = [e, max(e, _held_until(F, kind, key))]
     for key, span in live.items():
         if key not in returned:
             _close(span, key, ends)
@@ -137,6 +137,16 @@ def _hooked_events(strategy):
         if ends[e]:
             out.extend(_free_events(g, ends[e], compute, dropped, fpos))
     return out
+
+
+def _held_until(F, kind, key):
+    """The forward position (= compute event index: the forward events come first) until
+    which the step's code holds the forward copy of a value, or -1."""
+    what, v, k = key
+    held = F.nodes[v].held_until
+    if kind != "forward" or what != "value" or not held:
+        return -1
+    return held[k]
 
 
 def _forward_positions(F):

@@ -132,6 +132,26 @@ class TestHandComputed:
         assert s.timeline.tolist() == [10, 20, 10, 20, 30, 40, 40, 50, 40, 40, 30]
         assert s.strategy is None and s.recomputed == []
 
+    def test_held_until_delays_the_free_of_the_forward_copy(self):
+        # 0 -> 1 -> 2 -> 3, no backward reads anything; the code holds 0's output through
+        # forward 2 (a Python variable), so it is freed after forward 2, not after forward 1
+        def chain(held):
+            return _graph([dict(outputs=(10,), args=(), output_views=(-1,),
+                                plain_free_after=(-1,), held_until=held)]
+                          + [dict(outputs=(10,), args=((v - 1, 0),), grad_args=(True,),
+                                  output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,))
+                             for v in (1, 2, 3)], returned=((3, 0),))
+        free_0 = ("free_value", 0)
+        loose = _kinds(ls.schedule(ls.CanonicalStrategy(chain(()), [{0, 1, 2, 3}])))
+        held = ls.schedule(ls.CanonicalStrategy(chain((2,)), [{0, 1, 2, 3}]))
+        assert loose.index(free_0) == loose.index(("forward", 1)) + 1
+        assert _kinds(held).index(free_0) == _kinds(held).index(("forward", 2)) + 1
+        assert held.timeline.tolist()[:6] == [10, 20, 30, 20, 10, 20]
+        # a drop waits for the code too; its recomputation is not held (a backward copy)
+        s = ls.schedule(ls.CanonicalStrategy(chain((2,)), [{0, 1}, {0, 1, 2, 3}]))
+        assert _kinds(s)[:5] == [("forward", 0), ("forward", 1), ("forward", 2), ("drop", 0),
+                                 ("free_value", 1)]
+
     def test_stochastic_state_is_kept_and_reused(self):
         g = _graph([dict(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),
                     dict(outputs=(4,), args=((0, 0),), state=9, stochastic=True,
