@@ -26,8 +26,6 @@ from .trace import array_attr_ids, forward_state, get_state, output_arrays, set_
 
 __all__ = ["RecomputeHook", "LivenessHook"]
 
-_CHAINER_KINDS = ("forward", "backward")   # events that are Chainer's calls
-_NOTED_KINDS = ("seed_grad", "free_grad")  # Chainer's rules, noted when reached
 
 
 def _fmt_sig(name, shapes):
@@ -167,17 +165,12 @@ class RecomputeHook(chainer.FunctionHook):
         self._prepare(strategy.graph)
         self.schedule = lowerset.schedule(strategy)
         g = strategy.graph
-        self._plan = [(e.kind, g.index[e.node], e.outputs) for e in self.schedule.events]
-        self._may_recompute = {v for kind, v, _ in self._plan if kind == "recompute"}
-        # event i -> the first of Chainer's events at or after i (len(plan) if none)
-        nxt = [len(self._plan)] * (len(self._plan) + 1)
-        for i in range(len(self._plan) - 1, -1, -1):
-            nxt[i] = i if self._plan[i][0] in _CHAINER_KINDS else nxt[i + 1]
-        self._next_chainer = nxt
+        plan = lowerset.EventCursor(self.schedule).plan
+        self._may_recompute = {v for kind, v, _ in plan if kind == "recompute"}
         # the nodes whose forward-made state the hook looks for (a free_state event frees it;
         # record=True counts its bytes); the others skip scanning their attributes
         self._state_nodes = (set(range(g.n)) if self.record else
-                             {v for kind, v, _ in self._plan if kind == "free_state"})
+                             {v for kind, v, _ in plan if kind == "free_state"})
         self.events = []
         self.last_iteration = {"discarded": [], "recomputed": [], "freed": []}
         self._reset()
@@ -232,7 +225,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._depth = 0         # nesting of forward applications
         self._bdepth = 0        # nesting of backward steps
         self._pos = 0           # next function application in forward order
-        self._cursor = 0        # next event of the schedule
+        self._cursor = lowerset.EventCursor(self.schedule)
         self._pending = None
         self._funcs = [None] * self._n
         self._func_pos = {}
@@ -320,14 +313,11 @@ class RecomputeHook(chainer.FunctionHook):
 
     def _expect(self, kind, j):
         """The next event must be Chainer's `kind` of node `j`; step past it."""
-        if self._cursor < len(self._plan):
-            k, v, _ = self._plan[self._cursor]
-            if (k, v) == (kind, j):
-                self._cursor += 1
-                return
-            what = f"{k} of function {v} ({self._names[v]})"
-        else:
-            what = "the end of the step"
+        if self._cursor.expect(kind, j):
+            return
+        nxt = self._cursor.peek()
+        what = ("the end of the step" if nxt is None
+                else f"{nxt[0]} of function {nxt[1]} ({self._names[nxt[1]]})")
         raise StrategyMismatchError(
             f"Chainer ran the {kind} of function {j} ({self._names[j]}) where the schedule "
             f"expects {what}: the step differs from the traced one; re-trace and re-plan",
@@ -337,13 +327,7 @@ class RecomputeHook(chainer.FunctionHook):
         """Carry out the events up to Chainer's next call (with `recompute` False, up to the
         next recomputation: Chainer holds the arrays of the backward call that just ended until
         it starts the next one, so recomputation waits for that)."""
-        plan = self._plan
-        end = self._next_chainer[self._cursor]
-        while self._cursor < end:
-            kind, v, ks = plan[self._cursor]
-            if kind == "recompute" and not recompute:
-                return
-            self._cursor += 1
+        for kind, v, ks in self._cursor.own_events(recompute):
             if kind in ("drop", "free_value"):
                 self._free_value(v, ks, kind)
             elif kind == "free_state":
@@ -505,7 +489,7 @@ class RecomputeHook(chainer.FunctionHook):
             return
         self._current = None
         self._run_own_events(recompute=False)
-        if self._cursor == len(self._plan):
+        if self._cursor.done:
             self._finish_step()
 
     def _check_after_step(self, function):
