@@ -202,7 +202,7 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
     """
     n_c = ckind.shape[0]
     n_r = r_slot.shape[0]
-    cap = n_c + n_r + n_out + 2
+    cap = 2 * n_c + n_r + n_out + 2   # compute events, a FREE_GRAD per backward, frees, seeds
     kind = np.empty(cap, dtype=np.int64)
     node = np.empty(cap, dtype=np.int64)
     nbytes = np.empty(cap, dtype=np.int64)

@@ -274,3 +274,15 @@ def test_default_facts_are_the_papers_conservative_model():
                for nf in f.nodes)
     assert f.backward_order == (3, 2, 1, 0) and f.returned == f.seeds == ((3, 0),)
     assert np.all([nf.outputs == (3,) for nf in f.nodes])
+
+
+def test_every_backward_is_scheduled_with_many_seeds():
+    # four isolated nodes each seed the backward pass: 7 backward events and a free_grad
+    # each, more events than compute events, frees and seeds together (the kernel's event
+    # arrays once held 2 too few and lost the last backward)
+    g = ls.Graph(range(7), [(6, 1), (1, 4), (3, 4), (3, 2)], dict.fromkeys(range(7), 1),
+                 dict.fromkeys(range(7), 5))
+    s = ls.CanonicalStrategy(g, [set(range(7))])
+    events = ls.schedule(s).events
+    assert sum(e.kind == "backward" for e in events) == 7
+    assert list(events) == list(reference_events(s)[0])
