@@ -15,10 +15,12 @@ from .io import *  # noqa: F401,F403
 from .scheduling import *  # noqa: F401,F403
 from .planner import *  # noqa: F401,F403
 from .replay import *  # noqa: F401,F403
+from .optimality import *  # noqa: F401,F403
 from . import exceptions, execution, graph, lowersets, strategy, dp, io, scheduling, planner, baselines
 from . import replay
+from . import optimality
 
 __version__ = "0.1.0"
 
 __all__ = (exceptions.__all__ + execution.__all__ + graph.__all__ + lowersets.__all__ + strategy.__all__ + dp.__all__
-           + io.__all__ + scheduling.__all__ + planner.__all__ + replay.__all__)
+           + io.__all__ + scheduling.__all__ + planner.__all__ + replay.__all__ + optimality.__all__)

@@ -1,0 +1,166 @@
+"""A mixed-integer linear program, built in Python lists and solved by HiGHS (``highspy``).
+
+:class:`Milp` collects columns (bounds, objective, integrality) and rows (bounds, sparse
+coefficients), then hands the whole model to HiGHS at once (``Highs.passModel``). A model can
+be solved again after rows are added (the no-good cuts of :mod:`lowerset.optimality.canonical`).
+``highspy`` is imported inside :meth:`Milp.solve`, so that ``lowerset`` imports without it.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..exceptions import LowersetError
+
+INF = math.inf
+
+
+class SolverMissingError(LowersetError, ImportError):
+    """The MILP solver of :func:`lowerset.optimum` (``highspy``) is not installed."""
+
+
+def _highspy():
+    try:
+        import highspy
+    except ImportError as e:  # pragma: no cover - exercised where highspy is absent
+        raise SolverMissingError(
+            "lowerset.optimum needs the HiGHS solver: pip install 'lowerset[optimum]' "
+            "(highspy)") from e
+    return highspy
+
+
+@dataclass
+class Solution:
+    """What one HiGHS run gives.
+
+    Attributes
+    ----------
+    status : str
+        "optimal", "infeasible" or "time_limit".
+    values : ndarray of float64, shape (#columns,) or None
+        The best solution found (None when none was found).
+    objective : float or None
+        Its objective value.
+    bound : float
+        HiGHS's bound on the optimum (its dual bound; ``-inf`` when it has none).
+    seconds : float
+        Wall time of the run.
+    """
+
+    status: str
+    values: object
+    objective: object
+    bound: float
+    seconds: float
+
+
+class Milp:
+    """Columns and rows of a minimisation, solved by HiGHS.
+
+    Attributes
+    ----------
+    n_cols, n_rows : int
+    """
+
+    def __init__(self):
+        self.lb, self.ub, self.cost, self.integer = [], [], [], []
+        self.row_lb, self.row_ub, self.row_ptr, self.row_idx, self.row_val = [], [], [0], [], []
+
+    @property
+    def n_cols(self):
+        return len(self.lb)
+
+    @property
+    def n_rows(self):
+        return len(self.row_lb)
+
+    def var(self, lb=0.0, ub=1.0, cost=0.0, integer=False):
+        """Add a column; return its index."""
+        self.lb.append(float(lb))
+        self.ub.append(float(ub))
+        self.cost.append(float(cost))
+        self.integer.append(bool(integer))
+        return len(self.lb) - 1
+
+    def binary(self, cost=0.0):
+        """Add a 0/1 column; return its index."""
+        return self.var(0.0, 1.0, cost, True)
+
+    def row(self, terms, lb=-INF, ub=INF):
+        """Add the row ``lb <= sum(c * x[i] for i, c in terms) <= ub`` (terms: (index, coef))."""
+        for i, c in terms:
+            if c != 0:
+                self.row_idx.append(i)
+                self.row_val.append(float(c))
+        self.row_ptr.append(len(self.row_idx))
+        self.row_lb.append(float(lb))
+        self.row_ub.append(float(ub))
+
+    def set_objective(self, costs):
+        """Replace the objective by ``sum(c * x[i] for i, c in costs.items())``."""
+        self.cost = [0.0] * self.n_cols
+        for i, c in costs.items():
+            self.cost[i] = float(c)
+
+    def solve(self, time_limit=None, start=None):
+        """Minimise with HiGHS; return a :class:`Solution`.
+
+        Parameters
+        ----------
+        time_limit : float, optional
+            Seconds; HiGHS stops with the best solution and bound it has.
+        start : dict of int to float, optional
+            Values of some columns, offered as a starting solution (HiGHS completes it).
+        """
+        highspy = _highspy()
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.setOptionValue("mip_abs_gap", 1e-6)
+        h.setOptionValue("threads", 1)
+        if time_limit is not None:
+            h.setOptionValue("time_limit", max(1e-3, float(time_limit)))
+        lp = highspy.HighsLp()
+        lp.num_col_ = self.n_cols
+        lp.num_row_ = self.n_rows
+        lp.col_cost_ = np.asarray(self.cost, dtype=np.float64)
+        lp.col_lower_ = np.asarray(self.lb, dtype=np.float64)
+        lp.col_upper_ = np.asarray(self.ub, dtype=np.float64)
+        lp.row_lower_ = np.asarray(self.row_lb, dtype=np.float64)
+        lp.row_upper_ = np.asarray(self.row_ub, dtype=np.float64)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.asarray(self.row_ptr, dtype=np.int32)
+        lp.a_matrix_.index_ = np.asarray(self.row_idx, dtype=np.int32)
+        lp.a_matrix_.value_ = np.asarray(self.row_val, dtype=np.float64)
+        lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                           for i in self.integer]
+        h.passModel(lp)
+        if start:
+            idx = np.fromiter(start.keys(), dtype=np.int32)
+            val = np.fromiter(start.values(), dtype=np.float64)
+            h.setSolution(len(idx), idx, val)
+        t0 = time.perf_counter()
+        h.run()
+        seconds = time.perf_counter() - t0
+        st = h.getModelStatus()
+        info = h.getInfo()
+        has = info.primal_solution_status == 2   # kSolutionStatusFeasible
+        values = np.asarray(h.getSolution().col_value, dtype=np.float64) if has else None
+        bound = float(info.mip_dual_bound) if any(self.integer) else (
+            float(info.objective_function_value) if has else -INF)
+        if st == highspy.HighsModelStatus.kOptimal:
+            status = "optimal"
+            if not math.isfinite(bound):
+                bound = float(info.objective_function_value)
+        elif st == highspy.HighsModelStatus.kInfeasible:
+            status, values = "infeasible", None
+        elif st in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+            status = "time_limit"
+        else:
+            raise LowersetError(f"HiGHS stopped with status {h.modelStatusToString(st)}")
+        if not math.isfinite(bound):
+            bound = -INF
+        objective = float(info.objective_function_value) if values is not None else None
+        return Solution(status, values, objective, bound, seconds)

@@ -1,0 +1,306 @@
+"""The part of both optimum models that follows the schedule's memory rules: positions in
+time, which arrays are alive at each, and the memory in use there.
+
+A training step is laid out as **positions**, in order:
+
+- forward stage t (t = 0..n-1): the forward of node ``fwd[t]`` (the stage's *target*), preceded,
+  in the general model, by optional recomputations of nodes ``fwd[0..t-1]`` in forward order;
+- a *gap* (the end of the forward pass: nothing happens there);
+- backward stage q: optional recomputations of candidate nodes in forward order, then the
+  backward of ``bwd[q]``.
+
+An optional recomputation at a position is a binary column R (1: the node runs there). For
+every array (a *slot*: an output of a node, or a node's saved state) and every position from
+its first forward to its last possible read there is a column ``alive`` in [0, 1]:
+
+- a slot is alive where it is read (a forward or recomputation reads all its arguments' outputs
+  and, when stochastic, its own kept state; a backward reads ``reads_args``, ``reads_outputs``
+  and its state; ``held_until`` holds a forward copy; a returned output lives to the end), and
+  where its node makes it (outputs at every run, the state at the forward and, when not
+  stochastic, at every recomputation);
+- a slot alive at a position was alive at the one before or is made there (``alive[p] <=
+  alive[p-1] + R[p]``): once freed, an array comes back only by a recomputation.
+
+Minimising memory puts ``alive`` at 1 exactly from each making to the last read before the next
+one: liveness analysis, the schedule's rule (frees right after the last read). The memory at a
+position (one row, at most the peak column P) counts, in bytes, every buffer alive there (a view
+shares its base's buffer and keeps it alive: the buffer counts while any of its arrays is
+alive), the resident bytes, the gradients alive there and, at a run, its workspace beyond what
+it allocates (``forward_peak``). Gradients do not depend on the plan: their bytes at each
+backward (its highest point, its workspace included) and between backward steps come from the
+schedule's own fold (:func:`lowerset.scheduling.simulate`) over the gradient events alone. The
+step's initial gradients (``seed_grad``) count from the last forward on.
+
+Where the schedule counts more than this model, the model is a relaxation (its peak a lower
+bound): a recomputed value whose previous buffer a view still holds is counted once.
+"""
+
+import numpy as np
+
+from .. import _schedule_kernels as _k
+from ..scheduling import _fold, _hooked_arrays, flat_facts
+
+FORWARD, GAP, RECOMPUTE, BACKWARD = range(4)
+
+
+def gradient_levels(g):
+    """Bytes of gradients in use, from the schedule's fold of the gradient events alone.
+
+    Returns
+    -------
+    seed : int
+        After the initial gradients (the end of the forward pass).
+    high, after : ndarray of int64, shape (#backward,)
+        At backward step q's highest point (its workspace included) and after it (its output
+        gradients freed).
+    """
+    arrays = _hooked_arrays(g, np.zeros(g.n, dtype=bool))
+    kind, node, nbytes, optr, oidx = arrays
+    keep = np.isin(kind, (_k.SEED_GRAD, _k.BACKWARD, _k.FREE_GRAD))
+    lens = np.diff(optr)[keep]
+    optr2 = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    oidx2 = np.concatenate([oidx[optr[i]:optr[i + 1]] for i in np.flatnonzero(keep)]
+                           + [np.empty(0, dtype=np.int64)]).astype(np.int64)
+    sub = (kind[keep], node[keep], nbytes[keep], optr2, oidx2)
+    fold = _fold(g, sub)
+    res = fold.resident
+    k = sub[0]
+    seed, high, after = 0, [], []
+    for i in range(k.shape[0]):
+        if k[i] == _k.SEED_GRAD:
+            seed = int(fold.timeline[i]) - res
+        elif k[i] == _k.BACKWARD:
+            high.append(int(fold.highs[i]) - res)
+            after.append(int(fold.timeline[i]) - res)
+        else:   # FREE_GRAD right after its backward
+            after[-1] = int(fold.timeline[i]) - res
+    return seed, np.array(high, dtype=np.int64), np.array(after, dtype=np.int64)
+
+
+class Timeline:
+    """Positions, compute columns, alive columns and memory rows of one model (see the module
+    docstring).
+
+    Parameters
+    ----------
+    g : Graph
+    milp : Milp
+        The model the columns and rows go to.
+    forward_recompute : callable(int) -> bool, or None
+        Whether a node may be recomputed in a forward stage (general model); None: never.
+    backward_candidates : list of list of int
+        Per backward step q, the nodes that may be recomputed in it.
+
+    Attributes
+    ----------
+    peak : int
+        Column of the peak P (bytes).
+    runs : list of (int, int, int)
+        (column R, node, backward step or -1) of every optional recomputation.
+    positions : list of (int, int, int)
+        (kind, node, stage) per position; stage is t for forward stages, q for backward ones.
+    alive : dict
+        (slot, position) -> column.
+    """
+
+    def __init__(self, g, milp, forward_recompute, backward_candidates):
+        self.g, self.milp = g, milp
+        f = self.f = flat_facts(g)
+        self.n_slots = f.n_out + g.n
+        self.peak = milp.var(f.resident, np.inf)
+        self.positions, self.rvar, self.runs = [], [], []
+        self.target_pos = np.empty(g.n, dtype=np.int64)
+        fwd = f.fwd.tolist()
+        for t, v in enumerate(fwd):
+            for u in fwd[:t] if forward_recompute is not None else ():
+                if forward_recompute(u):
+                    self._run(u, t, -1)
+            self.target_pos[v] = len(self.positions)
+            self.positions.append((FORWARD, v, t))
+            self.rvar.append(-1)
+        self.gap = len(self.positions)
+        self.positions.append((GAP, -1, -1))
+        self.rvar.append(-1)
+        self.backward_pos = []
+        for q, j in enumerate(f.bwd.tolist()):
+            for u in sorted(backward_candidates[q], key=lambda u: f.fpos[u]):
+                self._run(u, q, q)
+            self.backward_pos.append(len(self.positions))
+            self.positions.append((BACKWARD, j, q))
+            self.rvar.append(-1)
+        self.alive = {}
+        self._alive_columns()
+        self._memory_rows()
+
+    def _run(self, u, stage, q):
+        kind = FORWARD if q < 0 else RECOMPUTE
+        col = self.milp.binary()
+        self.runs.append((col, u, q))
+        self.positions.append((kind, u, stage))
+        self.rvar.append(col)
+
+    # -- slots -------------------------------------------------------------------------------
+
+    def slots(self):
+        """Slot ids: outputs ``0..n_out-1``, then ``n_out + v`` for nodes with state."""
+        f = self.f
+        return list(range(f.n_out)) + [f.n_out + v for v in range(self.g.n) if f.state[v] > 0]
+
+    def owner(self, x):
+        f = self.f
+        return int(f.out_node[x]) if x < f.n_out else x - f.n_out
+
+    def _reads(self):
+        """Per slot, the reads: list of (position, column R or -1 for a certain read)."""
+        f, reads = self.f, {}
+        for p, (kind, v, stage) in enumerate(self.positions):
+            if kind == FORWARD or kind == RECOMPUTE:
+                col = self.rvar[p]
+                for a in range(f.arg_ptr[v], f.arg_ptr[v + 1]):
+                    o = int(f.arg_out[a])
+                    if o >= 0:
+                        reads.setdefault(o, []).append((p, col))
+                if col >= 0 and f.stoch[v] and f.state[v] > 0:
+                    reads.setdefault(f.n_out + v, []).append((p, col))
+            elif kind == BACKWARD:
+                for r in range(f.rarg_ptr[v], f.rarg_ptr[v + 1]):
+                    o = int(f.arg_out[f.rarg_idx[r]])
+                    if o >= 0:
+                        reads.setdefault(o, []).append((p, -1))
+                for r in range(f.rout_ptr[v], f.rout_ptr[v + 1]):
+                    reads.setdefault(int(f.rout_idx[r]), []).append((p, -1))
+                if f.state[v] > 0:
+                    reads.setdefault(f.n_out + v, []).append((p, -1))
+        for x in range(f.n_out):
+            h = int(f.held[x])
+            if h >= 0:
+                reads.setdefault(x, []).append((int(self.target_pos[f.fwd[h]]), -1))
+        return reads
+
+    def _makes(self, x, p):
+        """Column R (or -1 for the forward) when position p makes slot x, else None."""
+        kind, v, _ = self.positions[p]
+        if kind not in (FORWARD, RECOMPUTE) or v != self.owner(x):
+            return None
+        col = self.rvar[p]
+        if x >= self.f.n_out and col >= 0 and self.f.stoch[v]:
+            return None   # a stochastic recomputation reuses the kept state
+        return col
+
+    def _alive_columns(self):
+        f, m = self.f, self.milp
+        reads = self._reads()
+        self.window = {}
+        for x in self.slots():
+            c = int(self.target_pos[self.owner(x)])
+            if x < f.n_out and f.returned[x]:
+                self.window[x] = (c, len(self.positions) - 1, True)
+                continue
+            last = max([c] + [p for p, _ in reads.get(x, ())])
+            self.window[x] = (c, last, False)
+            certain = {p for p, col in reads.get(x, ()) if col < 0}
+            by_pos = {}
+            for p, col in reads.get(x, ()):
+                if col >= 0:
+                    by_pos.setdefault(p, []).append(col)
+            prev = None
+            for p in range(c, last + 1):
+                a = m.var(1.0 if (p == c or p in certain) else 0.0, 1.0)
+                self.alive[x, p] = a
+                made = self._makes(x, p)
+                if prev is not None:
+                    if made is None:
+                        m.row([(a, 1), (prev, -1)], ub=0)
+                    elif made >= 0:
+                        m.row([(a, 1), (prev, -1), (made, -1)], ub=0)
+                        m.row([(a, 1), (made, -1)], lb=0)
+                for col in by_pos.get(p, ()):
+                    m.row([(a, 1), (col, -1)], lb=0)
+                prev = a
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def _roots(self):
+        """Per slot, the slot whose buffer it uses (-1: an external array's, no bytes here)."""
+        f = self.f
+        root = {}
+
+        def find(o):
+            w = int(f.out_view[o])
+            if w == -1:
+                return o
+            if w == -2:
+                return -1
+            return find(w)
+
+        for x in self.slots():
+            root[x] = find(x) if x < f.n_out else x
+        return root
+
+    def slot_bytes(self, x):
+        f = self.f
+        return int(f.out_bytes[x]) if x < f.n_out else int(f.state[x - f.n_out])
+
+    def extra(self, v, made_state):
+        """Workspace of a run of node v beyond what it allocates (bytes)."""
+        f = self.f
+        alloc = sum(int(f.out_bytes[o]) for o in range(f.out_ptr[v], f.out_ptr[v + 1])
+                    if f.out_view[o] == -1)
+        if made_state:
+            alloc += int(f.state[v])
+        return max(0, int(f.fpeak[v]) - alloc)
+
+    def _memory_rows(self):
+        f, m = self.f, self.milp
+        seed, high, after = gradient_levels(self.g)
+        roots = self._roots()
+        members = {}
+        for x, b in roots.items():
+            if b >= 0:
+                members.setdefault(b, []).append(x)
+        last_forward = int(self.target_pos[f.fwd[-1]])
+        grads = np.zeros(len(self.positions), dtype=np.int64)
+        level = seed
+        for p, (kind, v, q) in enumerate(self.positions):
+            if kind == RECOMPUTE:
+                grads[p] = level
+            elif kind == BACKWARD:
+                grads[p] = high[q]
+                level = after[q]
+        for p, (kind, v, _) in enumerate(self.positions):
+            if kind == GAP:
+                continue
+            const, terms = f.resident + int(grads[p]), []
+            for b, xs in members.items():
+                nb = self.slot_bytes(b)
+                if nb == 0:
+                    continue
+                cols, fixed = [], False
+                for x in xs:
+                    c0, last, forever = self.window[x]
+                    if c0 <= p and forever:
+                        fixed = True
+                    elif c0 <= p <= last:
+                        cols.append(self.alive[x, p])
+                if fixed:
+                    const += nb
+                elif len(cols) == 1:
+                    terms.append((cols[0], nb))
+                elif cols:
+                    buf = m.var(0.0, 1.0)
+                    for c in cols:
+                        m.row([(buf, 1), (c, -1)], lb=0)
+                    terms.append((buf, nb))
+            if kind in (FORWARD, RECOMPUTE):
+                col = self.rvar[p]
+                ex = self.extra(v, col < 0 or not f.stoch[v])
+                if col < 0:
+                    const += ex
+                elif ex:
+                    terms.append((col, ex))
+            m.row(terms + [(self.peak, -1)], ub=-const)
+            if p == last_forward and seed:
+                # the initial gradients, before the last forward's frees
+                seed_terms = [(c, nb) for c, nb in terms if c != self.rvar[p]]
+                m.row(seed_terms + [(self.peak, -1)],
+                      ub=-(const - int(grads[p]) + seed - (ex if col < 0 else 0)))
