@@ -2,7 +2,8 @@
 # Set up the planner-only environment .venv-planner if needed, then run the test suite in it
 # (extra arguments go to pytest). CI runs it after ./scripts/test.sh.
 #
-# It installs lowerset with its test extra only: numpy, numba and networkx as setup.cfg asks,
+# It installs lowerset with its test and optimum extras only: numpy, numba and networkx as
+# setup.cfg asks, highspy (lowerset.optimum),
 # the newest NumPy 2 that numba supports, no Chainer and no constraints file. The tests that need
 # Chainer skip themselves there (conftest.py), so what runs is the planner's tests and doctests
 # and tests/test_packaging.py, which checks that chainer_ext then raises an ImportError naming
@@ -36,7 +37,7 @@ STAMP="$VENV/.lowerset-installed"
 WANT="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" "$ROOT/scripts/test_planner.sh" \
     | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-    "$VENV/bin/python" -m pip install --quiet --upgrade -e "$ROOT[test]" "numpy>=2"
+    "$VENV/bin/python" -m pip install --quiet --upgrade -e "$ROOT[test,optimum]" "numpy>=2"
     echo "$WANT" > "$STAMP"
 fi
 "$VENV/bin/python" - <<'PYEOF'
