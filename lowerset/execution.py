@@ -139,6 +139,11 @@ class ExecutionFacts:
         argument.
     seeds : tuple of (int, int)
         Returned outputs the backward pass starts from; each gets an initial gradient.
+    external_sizes : tuple of int
+        Per external array, its size in bytes (the size of its gradient), where it differs from
+        its resident bytes in `externals`: an external that is a view of another (a transposed
+        weight) shares that one's memory, so it is resident with 0 bytes. Empty when every
+        external owns its memory.
     grad_sum : str
         How a second gradient for one array is summed (one of :data:`GRAD_SUMS`): ``"new"``
         into a new array (Chainer, ``lazy_grad_sum=False``); ``"inplace"`` into the pending
@@ -162,6 +167,7 @@ class ExecutionFacts:
     returned: tuple = ()
     seeds: tuple = ()
     grad_sum: str = "new"
+    external_sizes: tuple = ()
 
     @property
     def resident(self):
@@ -203,6 +209,14 @@ class ExecutionFacts:
             raise GraphError("every seed must be a returned output")
         if self.grad_sum not in GRAD_SUMS:
             raise GraphError(f"grad_sum must be one of {GRAD_SUMS}, got {self.grad_sum!r}")
+        sizes = self.external_sizes
+        if sizes and (len(sizes) != len(self.externals) or not all(_nonneg(b) for b in sizes)):
+            raise GraphError(f"external_sizes must be empty or have {len(self.externals)} "
+                             f"entries of bytes >= 0, got {sizes!r}")
+
+    def external_size(self, e):
+        """Bytes of external array `e` (its gradient's size; see `external_sizes`)."""
+        return self.external_sizes[e] if self.external_sizes else self.externals[e][1]
 
     def keyed(self, labels, measured=True):
         """A hashable form with node ids replaced by `labels` (for graph equality).
@@ -220,7 +234,8 @@ class ExecutionFacts:
         return (nodes, tuple(labels[v] for v in self.forward_order),
                 tuple(labels[v] for v in self.backward_order), self.externals,
                 tuple((labels[v], k) for v, k in self.returned),
-                tuple((labels[v], k) for v, k in self.seeds), self.grad_sum)
+                tuple((labels[v], k) for v, k in self.seeds), self.grad_sum,
+                self.external_sizes)
 
     def to_dict(self):
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -230,7 +245,8 @@ class ExecutionFacts:
                 "externals": [list(e) for e in self.externals],
                 "returned": [list(o) for o in self.returned],
                 "seeds": [list(o) for o in self.seeds],
-                "grad_sum": self.grad_sum}
+                "grad_sum": self.grad_sum,
+                "external_sizes": list(self.external_sizes)}
 
     @classmethod
     def from_dict(cls, d):
@@ -241,7 +257,8 @@ class ExecutionFacts:
                    externals=tuple(tuple(e) for e in d["externals"]),
                    returned=tuple(tuple(o) for o in d["returned"]),
                    seeds=tuple(tuple(o) for o in d["seeds"]),
-                   grad_sum=d.get("grad_sum", "new"))
+                   grad_sum=d.get("grad_sum", "new"),
+                   external_sizes=tuple(d.get("external_sizes", ())))
 
 
 def default_facts(graph):
@@ -322,7 +339,9 @@ def activation_facts(facts):
                 grad_args=tuple(bool(g) and s >= 0 for g, (s, _) in zip(nf.grad_args, nf.args)))
         for nf in facts.nodes)
     externals = tuple((kind, 0 if kind == "param" else b) for kind, b in facts.externals)
-    return replace(facts, nodes=nodes, externals=externals)
+    sizes = tuple(0 if kind == "param" else b
+                  for (kind, _), b in zip(facts.externals, facts.external_sizes))
+    return replace(facts, nodes=nodes, externals=externals, external_sizes=sizes)
 
 
 def _check_node(graph, v, nf, facts):

@@ -4,7 +4,7 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, in-place writes, arrays the step's code holds past their last use, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
+views, external arrays that are views of others, in-place writes, arrays the step's code holds past their last use, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
 frees in either pass, a random subset of nodes whose backward runs (in a random order with
 consumers first), several returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
@@ -69,7 +69,9 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
     seeds = tuple(o for o in returned if draw(st.booleans()))
     facts = ls.ExecutionFacts(nodes=tuple(nodes), forward_order=tuple(range(n)),
                               backward_order=bwd, externals=externals, returned=returned,
-                              seeds=seeds, grad_sum=draw(st.sampled_from(ls.GRAD_SUMS)))
+                              seeds=seeds, grad_sum=draw(st.sampled_from(ls.GRAD_SUMS)),
+                              external_sizes=draw(st.one_of(st.just(()), st.tuples(
+                                  *[st.integers(0, max_bytes) for _ in externals]))))
     cost = {v: draw(st.integers(1, 5)) for v in range(n)}
     memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
     return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)

@@ -340,7 +340,7 @@ def _backward_grads(F, v, nf, mem, pending, gy):
         if not gives:
             continue
         target = ("n", s, k) if s >= 0 else ("e", ~s)
-        size = F.nodes[s].outputs[k] if s >= 0 else F.externals[~s][1]
+        size = F.nodes[s].outputs[k] if s >= 0 else F.external_size(~s)
         view = nf.grad_views[p]
         b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(size)
         if target not in new:

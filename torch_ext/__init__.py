@@ -1,0 +1,18 @@
+"""torch_ext: lowerset's PyTorch front end (trace a training step, run a plan on it).
+
+``trace(step)`` records one forward and backward pass as a :class:`lowerset.Graph` with its
+execution facts; :class:`RecomputeContext` runs any canonical strategy planned on it in eager
+PyTorch. Everything else (the schedule, the planner) is :mod:`lowerset`'s.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised in the planner-only environment
+    raise ImportError("torch_ext needs PyTorch: pip install 'lowerset[torch]'") from e
+
+from .exceptions import TorchExtError, TraceError, StrategyMismatchError, HookUsageError
+from .trace import trace, TracedGraph, COST_MODELS
+from .executor import RecomputeContext
+
+__all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError", "TraceError",
+           "StrategyMismatchError", "HookUsageError"]

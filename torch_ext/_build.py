@@ -1,0 +1,155 @@
+"""Turn what :func:`torch_ext.trace` recorded into a :class:`~torch_ext.trace.TracedGraph`:
+one node per recorded operation that is not absorbed, with its :class:`lowerset.NodeFacts`."""
+
+import math
+
+import lowerset
+
+from .exceptions import TraceError
+
+__all__ = ["build"]
+
+
+def build(rec, loss, windows, cost_model, time_unit, device):
+    """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``)."""
+    from .trace import TracedGraph, TARGET_TOTAL_COST
+
+    nodes = [op for op in rec.ops if op.node is not None]
+    n = len(nodes)
+    kept = _kept_for_unknown_reads(rec, nodes)
+    returned = sorted(_returned(nodes) | kept)
+    loss_ref = rec.value_of[loss]
+    seeds = ((loss_ref[1], loss_ref[2]),)
+    if seeds[0] not in returned:
+        returned = sorted(set(returned) | set(seeds))
+    bpos = {v: q for q, v in enumerate(rec.backward_order)}
+    facts_nodes, attrs = [], {}
+    absorbed = _absorbed_before(rec.ops)
+    for op in nodes:
+        nf, hidden = _node_facts(op, n, windows, bpos, kept)
+        facts_nodes.append(nf)
+        attrs[op.node] = _attrs(op, hidden, absorbed.get(op.node, []))
+    if absorbed.get(None):
+        attrs[n - 1]["absorbed_after"] = absorbed[None]
+    facts = lowerset.ExecutionFacts(
+        nodes=tuple(facts_nodes), forward_order=tuple(range(n)),
+        backward_order=tuple(rec.backward_order), externals=tuple(rec.externals),
+        returned=tuple(returned), seeds=seeds, grad_sum="inplace",
+        external_sizes=tuple(rec.external_sizes))
+    cost, flop_unit, unit = _costs(nodes, cost_model, time_unit, TARGET_TOTAL_COST)
+    edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0})
+    memory = {op.node: sum(b for b, p in zip(op.out_bytes, op.views) if p < 0) for op in nodes}
+    try:
+        return TracedGraph(list(range(n)), edges, cost, memory, attrs, facts=facts,
+                           cost_model=cost_model, flop_unit=flop_unit,
+                           time_unit=unit, device=device)
+    except lowerset.GraphError as e:  # pragma: no cover - a trace bug, reported as such
+        raise TraceError(f"the recorded step does not make a valid graph: {e}") from e
+
+
+def _absorbed_before(ops):
+    """Node id -> the names of the absorbed operations dispatched just before it (None: after
+    the last node)."""
+    out, run = {}, []
+    for op in ops:
+        if op.node is None:
+            run.append(op.name)
+        else:
+            if run:
+                out[op.node] = run
+            run = []
+    if run:
+        out[None] = run
+    return out
+
+
+def _kept_for_unknown_reads(rec, nodes):
+    """Values read in the backward pass by autograd nodes no traced operation made: kept for
+    the whole step (returned), their producers pinned."""
+    kept = set()
+    for (_, v, k), fn_name in rec.unknown_reads:
+        kept.add((v, k))
+        op = nodes[v]
+        if op.pin is None:
+            op.pin = (f"its output {k} is read in the backward pass by an autograd node "
+                      f"({fn_name}) that no traced operation made")
+    return kept
+
+
+def _returned(nodes):
+    """Outputs alive after the backward pass: their storage (memory the step made) or their
+    tensor object (a view of an external array that the model or the caller keeps)."""
+    out = set()
+    for op in nodes:
+        for k in range(len(op.outputs)):
+            if k in op.tracked:
+                alive = k not in op.freed_fwd and k not in op.freed_bwd
+            else:
+                alive = k not in op.died
+            if alive:
+                out.add((op.node, k))
+    return out
+
+
+def _node_facts(op, n, windows, bpos, kept):
+    v = op.node
+    args = list(op.args)
+    reads_args, reads_outputs, hidden = set(), set(), 0
+    for (u, k) in sorted(op.reads):
+        if u == v:
+            reads_outputs.add(k)
+        elif (u, k) in args:
+            reads_args.update(p for p, a in enumerate(args) if a == (u, k))
+        else:
+            args.append((u, k))
+            reads_args.add(len(args) - 1)
+            hidden += 1
+    m = len(args)
+    n_out = len(op.out_bytes)
+    views = tuple(op.views)
+    writes = op.writes
+    nf = lowerset.NodeFacts(
+        outputs=tuple(op.out_bytes), args=tuple(args),
+        reads_args=tuple(sorted(reads_args)), reads_outputs=tuple(sorted(reads_outputs)),
+        grad_args=tuple(bool(op.grads.get(p, False)) for p in range(m)),
+        output_views=views,
+        grad_views=tuple(op.gviews.get(p, -1) if op.grads.get(p) else -1 for p in range(m)),
+        forward_peak=int(windows.get(f"f{op.index}", 0)),
+        backward_peak=int(windows.get(f"b{op.index}", 0)),
+        pinned=op.pin is not None,
+        plain_free_after=tuple(op.freed_fwd.get(k, -1) if k not in op.freed_bwd else -1
+                               for k in range(n_out)),
+        inplace=any(p >= 0 and p in writes for p in views),
+        plain_free_in_backward=tuple(op.freed_bwd.get(k, -1) for k in range(n_out)),
+        held_until=tuple(_held(op, k, n) for k in range(n_out)))
+    return nf, hidden
+
+
+def _held(op, k, n):
+    """Forward position until which the model's code holds output k (see NodeFacts)."""
+    if k in op.dropped_at:
+        return op.dropped_at[k] if op.dropped_at[k] > op.node else -1
+    return n - 1
+
+
+def _attrs(op, hidden, absorbed):
+    a = {"op": op.name, "inputs": op.inputs, "outputs": op.outputs, "flops": int(op.flops),
+         "absorbed": absorbed}
+    if op.random:
+        a["random"] = True
+    if op.mutates:
+        a["mutates"] = list(op.mutates)
+    if hidden:
+        a["hidden"] = hidden
+    if op.pin is not None:
+        a["pinned"] = op.pin
+    return a
+
+
+def _costs(nodes, cost_model, time_unit, target):
+    """Integer costs T_v >= 1 and the unit: FLOPs per unit (a power of ten) or seconds."""
+    if cost_model == "profile":
+        return ({op.node: max(1, round(op.time / time_unit)) for op in nodes}, None, time_unit)
+    total = sum(op.flops for op in nodes)
+    unit = 10 ** max(0, math.ceil(math.log10(total / target))) if total > target else 1
+    return ({op.node: max(1, round(op.flops / unit)) for op in nodes}, unit, None)

@@ -1,0 +1,121 @@
+"""What the trace and the executor read off one ATen operation call (after dispatch).
+
+Both see the same calls through a :class:`~torch.utils._python_dispatch.TorchDispatchMode`:
+``func(*args, **kwargs)`` with an ``OpOverload`` `func`. This module says, the same way for
+both, which tensors a call reads (its *tensor leaves*, in schema order), how many bytes its
+outputs hold, which outputs are views of which leaves, which leaves the call writes in place,
+and whether it draws random numbers.
+"""
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+__all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
+           "storage_key", "view_of", "output_bytes", "is_random", "schema_writes", "describe",
+           "signature"]
+
+
+def flatten_call(args, kwargs):
+    """Leaves and spec of ``(args, kwargs)``: :func:`unflatten_call` rebuilds the call."""
+    return tree_flatten((tuple(args), dict(kwargs or {})))
+
+
+def unflatten_call(leaves, spec):
+    """``(args, kwargs)`` from :func:`flatten_call`'s leaves (possibly replaced) and spec."""
+    return tree_unflatten(list(leaves), spec)
+
+
+def tensor_positions(leaves):
+    """Positions of the tensors among a call's flat leaves, in order (the node's arguments)."""
+    return [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+
+
+def output_tensors(out):
+    """The tensors a call returned, flattened in order (None entries and scalars skipped)."""
+    return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+
+def storage_key(t):
+    """What identifies the memory a tensor uses: device and storage address (None when it has
+    no memory)."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    return (t.device.type, t.device.index, ptr) if ptr else None
+
+
+def view_of(out, tensors):
+    """The position in `tensors` whose memory tensor `out` shares (the same tensor first: an
+    in-place operation returns its argument), or -1."""
+    for p, t in enumerate(tensors):
+        if out is t:
+            return p
+    key = storage_key(out)
+    if key is None:
+        return -1
+    for p, t in enumerate(tensors):
+        if storage_key(t) == key:
+            return p
+    return -1
+
+
+def output_bytes(outs, tensors):
+    """Per output of a call: ``(bytes, view)``, with `view` the argument position it is a view
+    of (-1: it owns its memory).
+
+    An owner counts its storage's bytes; a second output sharing an owner's storage counts 0;
+    a view counts its elements' bytes (``lowerset.Event.bytes`` reports views at their size).
+    """
+    seen, res = set(), []
+    for o in outs:
+        p = view_of(o, tensors)
+        if p >= 0:
+            res.append((o.numel() * o.element_size(), p))
+            continue
+        key = storage_key(o)
+        if key is not None and key in seen:
+            res.append((0, -1))
+            continue
+        seen.add(key)
+        try:
+            b = o.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):
+            b = o.numel() * o.element_size()
+        res.append((int(b), -1))
+    return res
+
+
+def is_random(func):
+    """Whether the operation draws from a random generator (``nondeterministic_seeded``)."""
+    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+
+
+def schema_writes(func, args, kwargs):
+    """Positions (among the call's tensor leaves, in :func:`flatten_call`'s order) of the
+    tensors the schema marks as written in place (``Tensor(a!)``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return set()
+    by_name = {a.name: a for a in schema.arguments}
+    items = [(schema.arguments[i] if i < len(schema.arguments) else None, v)
+             for i, v in enumerate(args)]
+    items += [(by_name.get(k), v) for k, v in (kwargs or {}).items()]
+    written, pos = set(), 0
+    for a, value in items:
+        n = len([x for x in tree_flatten(value)[0] if isinstance(x, torch.Tensor)])
+        if a is not None and a.alias_info is not None and a.alias_info.is_write:
+            written.update(range(pos, pos + n))
+        pos += n
+    return written
+
+
+def describe(t):
+    """``[shape, dtype, device]`` of a tensor, JSON-ready."""
+    return [list(t.shape), str(t.dtype).replace("torch.", ""), str(t.device)]
+
+
+def signature(tensors):
+    """``describe`` of each tensor, as a tuple of tuples (cheap to compare)."""
+    return tuple((tuple(t.shape), str(t.dtype).replace("torch.", ""), str(t.device))
+                 for t in tensors)

@@ -1,0 +1,244 @@
+"""The executor's view of the traced operations: matching each dispatched call against the
+graph (:class:`ForwardCheck`) and running a node's call again (:class:`Call`)."""
+
+import torch
+
+from . import _ops
+from .exceptions import StrategyMismatchError
+
+__all__ = ["ForwardCheck", "Call"]
+
+_NEEDED_ATTRS = ("op", "inputs", "outputs", "absorbed")
+
+
+class ForwardCheck:
+    """The traced sequence of operations (nodes and absorbed operations), and the position of
+    the step being run in it.
+
+    Raises
+    ------
+    StrategyMismatchError
+        On construction, if `graph` was not recorded by :func:`torch_ext.trace`.
+    """
+
+    def __init__(self, graph):
+        n = graph.n
+        if (not graph.has_facts or list(graph.labels) != list(range(n))
+                or any(k not in graph.attrs[v] for v in range(n) for k in _NEEDED_ATTRS)):
+            raise StrategyMismatchError(
+                "the strategy's graph was not recorded by torch_ext.trace (its nodes need the "
+                f"labels 0..n-1, execution facts and the attrs {', '.join(_NEEDED_ATTRS)}); "
+                "plan on torch_ext.trace(...) or load the strategy with "
+                "load_strategy(path, graph=traced)")
+        self.n = n
+        self.attrs = [graph.attrs[v] for v in range(n)]
+        self.facts = graph.facts.nodes
+        self.sequence = []
+        for v, a in enumerate(self.attrs):
+            self.sequence += [(name, None) for name in a["absorbed"]]
+            self.sequence.append((a["op"], v))
+            self.sequence += [(name, None) for name in a.get("absorbed_after", ())]
+        self._in_sig = [tuple(_expected(x, self.attrs) for x in a["inputs"]) for a in self.attrs]
+        self._out_sig = [tuple((tuple(s), d, dev) for s, d, dev in a["outputs"])
+                         for a in self.attrs]
+        self.reset()
+
+    def reset(self):
+        self.position = 0
+        self.nodes_seen = 0
+
+    @property
+    def forward_done(self):
+        return self.position == len(self.sequence)
+
+    def name(self, v):
+        return self.attrs[v]["op"]
+
+    def starts_step(self, func, args, kwargs):
+        """Whether a call is the first of the traced sequence (name and argument signature)."""
+        name, v = self.sequence[0]
+        if str(func) != name:
+            return False
+        if v is None:
+            return True
+        tensors = _tensors(args, kwargs)
+        return len(tensors) == len(self._in_sig[v]) and all(
+            x[0] == "node" or _sig(t) == x[1] for t, x in zip(tensors, self._in_sig[v]))
+
+    def before(self, func, args, kwargs, value_of):
+        """Check a call against the next traced operation, before it runs; return the
+        :class:`Call` (``.node`` None for an absorbed operation)."""
+        i = self.position
+        tensors = _tensors(args, kwargs)
+        if i >= len(self.sequence):
+            raise StrategyMismatchError(
+                f"operation {i} ({func}) is beyond the {len(self.sequence)} operations of the "
+                "traced step: the forward pass changed (re-trace and re-plan), or an operation "
+                "the trace did not see runs between the forward and the backward pass (compute "
+                "metrics after backward(), or under torch.no_grad() outside the block)",
+                position=self.nodes_seen)
+        name, v = self.sequence[i]
+        if str(func) != name or (v is not None and not self._inputs_match(v, tensors, value_of)):
+            got = f"{func}({', '.join(_fmt(t, value_of) for t in tensors)})"
+            want = name if v is None else f"{name}({', '.join(map(_fmt_exp, self._in_sig[v]))})"
+            raise StrategyMismatchError(
+                f"operation {i} of the forward pass is {got}, but the traced step has {want} "
+                f"there (node {v if v is not None else self.nodes_seen}): a data-dependent "
+                "branch took another way, or the model, batch shape, dtype or device differs "
+                "from the traced one; re-trace and re-plan", position=self.nodes_seen)
+        if v is None and any(value_of.get(t) is not None for t in tensors):
+            raise StrategyMismatchError(
+                f"operation {i} ({func}) reads a value of the graph where the traced step "
+                "read only parameters and inputs; re-trace and re-plan",
+                position=self.nodes_seen)
+        self.position += 1
+        return Call(v, tensors, self.attrs[v] if v is not None else None)
+
+    def _inputs_match(self, v, tensors, value_of):
+        exp = self._in_sig[v]
+        if len(tensors) != len(exp):
+            return False
+        for t, x in zip(tensors, exp):
+            ref = value_of.get(t)
+            if x[0] == "node":
+                if ref != x[1]:
+                    return False
+            elif ref is not None or _sig(t) != x[1]:
+                return False
+        return True
+
+    def after(self, v, outs, tensors):
+        """Check the outputs of node `v`; return their ``(bytes, view)`` (see
+        :func:`torch_ext._ops.output_bytes`)."""
+        got = _ops.signature(outs)
+        if got != self._out_sig[v]:
+            raise StrategyMismatchError(
+                f"node {v} ({self.name(v)}) returned {list(got)}, but the traced step has "
+                f"{list(self._out_sig[v])}; re-trace and re-plan", position=v)
+        self.nodes_seen = v + 1
+        return _ops.output_bytes(outs, tensors)
+
+    def after_absorbed(self, out):
+        """An absorbed operation ran (nothing to keep: its outputs are external arrays)."""
+
+
+def _tensors(args, kwargs):
+    leaves, _ = _ops.flatten_call(args, kwargs)
+    return [leaves[p] for p in _ops.tensor_positions(leaves)]
+
+
+def _expected(x, attrs):
+    if x[0] == "node":
+        return ("node", (x[1], x[2]))
+    return ("external", (tuple(x[1]), x[2], x[3]))
+
+
+def _sig(t):
+    return _ops.signature([t])[0]
+
+
+def _fmt(t, value_of):
+    ref = value_of.get(t)
+    where = f"node {ref[0]}[{ref[1]}]" if ref is not None else "external"
+    return f"{where} {tuple(t.shape)}:{str(t.dtype).replace('torch.', '')}:{t.device}"
+
+
+def _fmt_exp(x):
+    if x[0] == "node":
+        return f"node {x[1][0]}[{x[1][1]}]"
+    shape, dtype, device = x[1]
+    return f"external {shape}:{dtype}:{device}"
+
+
+class Call:
+    """One node's call: what the executor checked before it ran, and, captured in the forward
+    pass, what a recomputation needs (the non-tensor arguments, the external tensors, the
+    random generator's state).
+
+    Attributes
+    ----------
+    node : int or None
+    tensors : list of torch.Tensor
+        The call's tensor arguments in the forward pass (dropped once captured).
+    """
+
+    def __init__(self, node, tensors, attrs):
+        self.node, self.tensors, self.attrs = node, tensors, attrs
+        self.rerun_tensors = None
+
+    def capture(self, func, args, kwargs):
+        """Keep what a recomputation needs; return self."""
+        leaves, self.spec = _ops.flatten_call(args, kwargs)
+        self.func = func
+        self.positions = _ops.tensor_positions(leaves)
+        inputs = self.attrs["inputs"]
+        mutates = set(self.attrs.get("mutates", ()))
+        self.sources = [(inputs[i][1], inputs[i][2]) if inputs[i][0] == "node" else None
+                        for i in range(len(self.positions))]
+        self.externals = {i: (leaves[p], i in mutates) for i, p in enumerate(self.positions)
+                          if inputs[i][0] != "node"}
+        at = set(self.positions)
+        self.leaves = [None if i in at else x for i, x in enumerate(leaves)]
+        self.rng = _rng_state(self.tensors) if self.attrs.get("random") else None
+        self.tensors = None
+        return self
+
+    def rerun(self, held):
+        """Run the call again on the held values (no gradient, the forward pass's random
+        state); return its output tensors."""
+        leaves = list(self.leaves)
+        tensors = []
+        for i, p in enumerate(self.positions):
+            src = self.sources[i]
+            if src is not None:
+                t = held.get(src)
+                if t is None:  # pragma: no cover - the schedule recomputes inputs first
+                    raise RuntimeError(f"internal error: input {i} of node {self.node} is not "
+                                       "held for its recomputation")
+            else:
+                t, mutated = self.externals[i]
+                if mutated:  # the side effect happened once, in the forward pass
+                    t = t.clone()
+            leaves[p] = t
+            tensors.append(t)
+        args, kwargs = _ops.unflatten_call(leaves, self.spec)
+        with torch.no_grad(), _ReplayedRandom(self.rng):
+            out = self.func(*args, **kwargs)
+        self.rerun_tensors = tensors
+        return _ops.output_tensors(out)
+
+
+def _rng_state(tensors):
+    """The default generator's state on the call's device, as bytes (kept outside PyTorch's
+    allocator, so that it does not count in the step's memory)."""
+    device = tensors[0].device if tensors else torch.device("cpu")
+    if device.type == "cuda":
+        return (device, bytes(torch.cuda.get_rng_state(device).numpy()))
+    return (device, bytes(torch.get_rng_state().numpy()))
+
+
+class _ReplayedRandom:
+    """Set a generator state for the duration, and the one before it back afterwards."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __enter__(self):
+        if self.state is None:
+            return
+        device, raw = self.state
+        self._get, self._set = _rng_functions(device)
+        self._before = self._get()
+        self._set(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+
+    def __exit__(self, *exc):
+        if self.state is not None:
+            self._set(self._before)
+        return False
+
+
+def _rng_functions(device):
+    if device.type == "cuda":
+        return (lambda: torch.cuda.get_rng_state(device),
+                lambda s: torch.cuda.set_rng_state(s, device))
+    return torch.get_rng_state, torch.set_rng_state

@@ -1,0 +1,418 @@
+"""Execute the schedule of a canonical strategy (paper, Sec. 3) in an eager PyTorch step.
+
+:class:`RecomputeContext` is a context manager around the forward and the backward pass, in the
+manner of non-reentrant ``torch.utils.checkpoint``: autograd builds its usual graph and runs its
+usual backward pass, in its usual order, so the gradients' sums happen in the same order as in
+a plain step. Inside the block:
+
+- a ``TorchDispatchMode`` sees each operation of the forward pass, checks it against the traced
+  one (operation, argument shapes, dtypes, devices and wiring) and keeps its outputs as the
+  schedule's values;
+- ``saved_tensors_hooks`` give autograd a handle instead of each value it saves, so that the
+  schedule alone decides how long a value lives; the unpack hook hands the value back in the
+  backward pass;
+- pre- and post-hooks on the traced operations' autograd nodes perform the schedule's own
+  events (``drop``, ``free_value``, ``recompute``) between the backward calls, which autograd
+  makes in the traced order.
+
+Every decision (what to keep, drop, recompute and free, and when) is the schedule's
+(:func:`lowerset.schedule`); :class:`lowerset.EventCursor` walks it.
+"""
+
+import threading
+import weakref
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+import lowerset
+
+from . import _ops
+from ._guards import check_not_compiled
+from ._replay import Call, ForwardCheck
+from .exceptions import HookUsageError, StrategyMismatchError
+
+__all__ = ["RecomputeContext"]
+
+_ACTIVE = threading.local()
+
+
+class _Handle:
+    """What autograd keeps instead of a saved value: the value's node and output index."""
+
+    __slots__ = ("v", "k")
+
+    def __init__(self, v, k):
+        self.v, self.k = v, k
+
+
+class RecomputeContext:
+    """Run training steps under the schedule of a canonical strategy (paper, Sec. 3).
+
+    Use it around the forward and the backward pass of each step::
+
+        with RecomputeContext(plan):
+            loss = loss_fn(model(x), y)
+            loss.backward()
+
+    Operations are matched to the strategy's graph by position in dispatch order, so the graph
+    must come from :func:`torch_ext.trace` of the same model, batch shape and device. A step
+    ends when its backward pass has run every backward call of the schedule; one ``with``
+    block may hold several steps (the next dispatch of the graph's first operation starts the
+    next one), and one context may be entered again for each step.
+
+    Parameters
+    ----------
+    strategy : lowerset.CanonicalStrategy or None
+        Planned on a graph from :func:`torch_ext.trace` (or that graph loaded from JSON).
+        ``None`` (with `graph`) recomputes nothing: liveness analysis only (the strategy [V]).
+    record : bool
+        Keep the events executed in :attr:`events` (bytes measured on the real tensors), to
+        compare with ``lowerset.schedule(strategy).events``.
+    graph : torch_ext.TracedGraph, optional
+        The traced graph, needed only when `strategy` is None.
+    model : torch.nn.Module, optional
+        Checked not to be ``torch.compile``d.
+
+    Attributes
+    ----------
+    strategy : lowerset.CanonicalStrategy
+    schedule : lowerset.Schedule
+        What the context executes.
+    events : list of lowerset.Event
+        With ``record=True``: the events of the last step, as executed.
+    last_step : dict
+        ``"dropped"``, ``"recomputed"`` and ``"freed"``: node labels, in the order it happened.
+
+    Raises
+    ------
+    TypeError
+        If `strategy` is not a CanonicalStrategy (or None without `graph`).
+    StrategyMismatchError
+        If the strategy's graph was not recorded by :func:`torch_ext.trace`; while running,
+        before anything is dropped for an operation, if the operation differs from the graph
+        (name, argument shapes, dtypes, devices, wiring, outputs, number of operations: a
+        data-dependent branch took another way, the model moved to another device), or
+        autograd runs the backward calls in another order.
+    HookUsageError
+        If a RecomputeContext is already active in this thread or this one in another thread;
+        in the backward pass, if a value the schedule freed is asked for again (a second
+        backward pass over one step, ``retain_graph=True``).
+    TorchExtError
+        If `model` (or a module the step closes over) is ``torch.compile``d.
+
+    Notes
+    -----
+    - Recomputation runs the recorded operation again on the same arguments under
+      ``torch.no_grad()``. An operation drawing random numbers (dropout's ``bernoulli_``) runs
+      with the generator state it had in the forward pass, set back afterwards (as non-reentrant
+      checkpoint does); an operation writing an external array (BatchNorm's running
+      statistics) writes a copy, so running statistics are updated once.
+    - An in-place operation and the value it overwrites are dropped together or kept together
+      (``NodeFacts.inplace``); a node the trace pinned (``graph.attrs[v]["pinned"]``) is never
+      recomputed.
+    - A value the model's code still holds is freed when the code drops it
+      (``NodeFacts.held_until``): the schedule counts it until then.
+    - If the forward pass ends inside the block without a backward pass, the dropped values
+      are recomputed at exit so that a backward pass outside the block still works.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy, liveness analysis).
+    """
+
+    def __init__(self, strategy=None, *, record=False, graph=None, model=None):
+        if strategy is None:
+            if graph is None:
+                raise TypeError("RecomputeContext(None) needs graph= (liveness analysis only)")
+            strategy = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+        if not isinstance(strategy, lowerset.CanonicalStrategy):
+            raise TypeError(f"strategy must be a lowerset.CanonicalStrategy, got "
+                            f"{type(strategy).__name__}")
+        if model is not None:
+            check_not_compiled(None, model, HookUsageError)
+        self.strategy = strategy
+        self.record = bool(record)
+        self.schedule = lowerset.schedule(strategy)
+        self._check = ForwardCheck(strategy.graph)
+        self._may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
+        self.events = []
+        self.last_step = {"dropped": [], "recomputed": [], "freed": []}
+        self._owner = None
+        self._reset()
+
+    # -- per-step state ---------------------------------------------------------------------------
+
+    def _reset(self):
+        self._phase = "idle"   # idle -> forward -> between -> backward -> done
+        self._cursor = lowerset.EventCursor(self.schedule)
+        self._check.reset()
+        self._held = {}         # (v, k) -> tensor: the values the schedule holds
+        self._bytes = {}        # (v, k) -> bytes of the held value (as the schedule counts)
+        self._value_of = WeakIdKeyDictionary()
+        self._calls = {}        # v -> Call: what a recomputation of v needs
+        self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
+        self._nodes = []        # the hooked autograd nodes (kept alive for their ids)
+        self._hooked = set()
+        self._gy = 0
+        self._log = {"dropped": [], "recomputed": [], "freed": []}
+        self._rec = []
+        self._in_hook = False
+
+    def __enter__(self):
+        if getattr(_ACTIVE, "context", None) is not None:
+            raise HookUsageError("a RecomputeContext is already active in this thread; "
+                                 "RecomputeContexts cannot be nested (each would drop values "
+                                 "the other needs)")
+        if self._owner is not None:
+            raise HookUsageError(
+                f"this RecomputeContext is in use in thread {self._owner}; it holds the state "
+                "of the step it runs: make one RecomputeContext per thread")
+        self._owner = threading.get_ident()
+        _ACTIVE.context = self
+        self._reset()
+        self._phase = "forward"
+        self._modes = [_Dispatch(self), _Functions(self),
+                       torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]
+        for m in self._modes:
+            m.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            for m in reversed(self._modes):
+                m.__exit__(exc_type, exc, tb)
+            if exc_type is None and self._phase in ("forward", "between"):
+                self._restore_dropped()
+            if self._phase != "done":
+                self._publish()
+            if exc_type is not None:
+                self._reset()
+        finally:
+            self._owner = None
+            _ACTIVE.context = None
+        return False
+
+    def _publish(self):
+        self.last_step = self._log
+        if self.record:
+            self.events = self._rec
+
+    def _note(self, kind, v, nbytes, outputs=()):
+        self._rec.append(lowerset.Event(kind, v, int(nbytes), tuple(outputs)))
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _dispatch(self, func, args, kwargs):
+        if self._phase == "done" and self._check.starts_step(func, args, kwargs):
+            self._reset()
+            self._phase = "forward"
+        if self._phase != "forward" or self._in_hook:
+            return func(*args, **kwargs)
+        self._hook_pending()
+        call = self._check.before(func, args, kwargs, self._value_of)
+        if call.node is None:   # an operation on external arrays only (absorbed)
+            out = func(*args, **kwargs)
+            self._check.after_absorbed(out)
+        else:
+            out = self._forward(call, func, args, kwargs)
+        if self._check.forward_done:
+            self._phase = "between"
+        return out
+
+    def _forward(self, call, func, args, kwargs):
+        v, tensors = call.node, call.tensors
+        if v in self._may_recompute:
+            self._calls[v] = call.capture(func, args, kwargs)
+        out = func(*args, **kwargs)
+        outs = _ops.output_tensors(out)
+        sizes = self._check.after(v, outs, tensors)
+        del tensors
+        for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
+            self._held[v, k] = o
+            self._bytes[v, k] = b
+            self._value_of[o] = (v, k)
+        if not self._cursor.expect("forward", v):
+            raise self._out_of_order("forward", v)
+        if self.record:
+            self._note("forward", v, sum(b for b, _ in sizes),
+                       range(len(self._check.facts[v].outputs)))
+        self._pending.append((v, [_weak(o) for o in outs]))
+        del outs
+        self._run_own_events(recompute=False)
+        return out
+
+    def _hook_pending(self):
+        """Hook the autograd nodes of the operations whose outputs have them by now."""
+        for v, refs in self._pending:
+            for r in refs:
+                t = r()
+                fn = None if t is None else t.grad_fn
+                if fn is not None and id(fn) not in self._hooked:
+                    self._hooked.add(id(fn))
+                    self._nodes.append(fn)
+                    fn.register_prehook(self._prehook(v))
+                    fn.register_hook(self._posthook(v))
+                    break
+        self._pending = []
+
+    def _restore_dropped(self):
+        """The forward pass ended without a backward pass: recompute the dropped values so
+        that a backward pass outside the block finds every value."""
+        self._hook_pending()
+        for v in sorted(self._calls):
+            self._ensure(v)
+        self._phase = "done"
+
+    def _ensure(self, v):
+        for k in range(len(self._check.facts[v].outputs)):
+            if (v, k) not in self._held:
+                for s, _ in self._check.facts[v].args:
+                    if s >= 0:
+                        self._ensure(s)
+                self._recompute(v, note=False)
+                return
+
+    # -- saved tensors ------------------------------------------------------------------------
+
+    def _pack(self, t):
+        ref = self._value_of.get(t)
+        return t if ref is None else _Handle(*ref)
+
+    def _unpack(self, packed):
+        if not isinstance(packed, _Handle):
+            return packed
+        t = self._held.get((packed.v, packed.k))
+        if t is None:
+            raise HookUsageError(
+                f"the backward pass asks for output {packed.k} of node {packed.v} "
+                f"({self._check.name(packed.v)}), which the schedule has freed: a second "
+                "backward pass over a step run under RecomputeContext (retain_graph=True) is "
+                "not supported; run the forward pass again before each backward pass")
+        return t
+
+    # -- backward -------------------------------------------------------------------------------
+
+    def _prehook(self, v):
+        def pre(grad_outputs):
+            if self._phase in ("forward", "between"):
+                self._start_backward()
+            if self._phase != "backward":
+                return None
+            self._run_own_events()
+            if not self._cursor.expect("backward", v):
+                raise self._out_of_order("backward", v)
+            if self.record:
+                self._gy = sum(g.numel() * g.element_size() for g in grad_outputs
+                               if g is not None)
+                self._note("backward", v, self._gy)
+            return None
+        return pre
+
+    def _posthook(self, v):
+        def post(grad_inputs, grad_outputs):
+            if self._phase != "backward":
+                return None
+            self._run_own_events(recompute=False)
+            if self._cursor.done:
+                self._finish_step()
+            return None
+        return post
+
+    def _start_backward(self):
+        if not self._check.forward_done:
+            raise StrategyMismatchError(
+                f"the backward pass started after {self._check.nodes_seen} of the "
+                f"{self._check.n} operations of the strategy's graph: the forward pass changed "
+                "(re-trace and re-plan)", position=self._check.nodes_seen)
+        self._phase = "backward"
+
+    def _finish_step(self):
+        self._publish()
+        self._held.clear()
+        self._calls.clear()
+        self._phase = "done"
+
+    def _out_of_order(self, kind, v):
+        nxt = self._cursor.peek()
+        what = ("the end of the step" if nxt is None
+                else f"the {nxt[0]} of node {nxt[1]} ({self._check.name(nxt[1])})")
+        return StrategyMismatchError(
+            f"PyTorch ran the {kind} of node {v} ({self._check.name(v)}) where the schedule "
+            f"expects {what}: the step differs from the traced one; re-trace and re-plan",
+            position=v)
+
+    # -- the executor's own events --------------------------------------------------------------
+
+    def _run_own_events(self, recompute=True):
+        for kind, v, ks in self._cursor.own_events(recompute):
+            if kind in ("drop", "free_value"):
+                self._free(kind, v, ks)
+            elif kind == "recompute":
+                self._recompute(v)
+            elif kind == "seed_grad" and self.record:
+                t = self._held.get((v, ks[0]))
+                self._note("seed_grad", v, 0 if t is None else t.numel() * t.element_size(),
+                           ks)
+            elif kind == "free_grad" and self.record:
+                self._note("free_grad", v, self._gy)
+            elif kind == "free_state":  # pragma: no cover - traced graphs have no state
+                raise StrategyMismatchError(f"node {v} has saved state, which a PyTorch trace "
+                                            "never records: the graph is not torch_ext's")
+
+    def _free(self, kind, v, ks):
+        made = 0
+        for k in ks:
+            self._held.pop((v, k), None)
+            made += self._bytes.pop((v, k), self._check.facts[v].outputs[k])
+        if self.record:
+            self._note(kind, v, made, ks)
+        self._log["dropped" if kind == "drop" else "freed"].append(v)
+
+    def _recompute(self, v, note=True):
+        call = self._calls[v]
+        self._in_hook = True
+        try:
+            outs = call.rerun(self._held)
+        finally:
+            self._in_hook = False
+        sizes = _ops.output_bytes(outs, call.rerun_tensors)
+        call.rerun_tensors = None
+        for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
+            self._held[v, k] = o
+            self._bytes[v, k] = b
+        if note and self.record:
+            self._note("recompute", v, sum(b for b, _ in sizes),
+                       range(len(self._check.facts[v].outputs)))
+        self._log["recomputed"].append(v)
+
+
+def _weak(t):
+    return weakref.ref(t)
+
+
+class _Dispatch(TorchDispatchMode):
+    """Hands each dispatched operation to the context."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.ctx = ctx
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.ctx._dispatch(func, args, kwargs or {})
+
+
+class _Functions(TorchFunctionMode):
+    """Hooks the autograd nodes of the last operations when ``Tensor.backward`` is called (the
+    loss's node gets its ``grad_fn`` after its dispatch returns)."""
+
+    def __init__(self, ctx):
+        super().__init__()
+        self.ctx = ctx
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.backward:
+            self.ctx._hook_pending()
+        return func(*args, **(kwargs or {}))

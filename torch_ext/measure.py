@@ -1,0 +1,177 @@
+"""Measure the bytes a region of PyTorch code allocates, with PyTorch's own accounting.
+
+On the CPU, :class:`MemoryMeter` reads the ``[memory]`` events of ``torch.profiler.profile(
+profile_memory=True)``: every allocation and free of PyTorch's CPU allocator with its signed
+size, in order; their running sum is the bytes in use. On CUDA it reads the caching
+allocator's counters (``torch.cuda.memory_allocated`` / ``max_memory_allocated``). Both count
+tensor memory only: scratch that a library allocates outside PyTorch's allocator (oneDNN or MKL
+on the CPU, cuDNN workspace through its own calls) is not seen.
+
+Named windows (:meth:`MemoryMeter.window`) give the highest point of a stretch of the region
+(one operation, one backward node) above the level where it started: the trace's workspace
+figures (``NodeFacts.forward_peak``, ``backward_peak``).
+"""
+
+import bisect
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak"]
+
+_MARK = "lowerset::"
+
+
+@dataclass
+class MemoryMeasure:
+    """What a :class:`MemoryMeter` measured (bytes, relative to the level at its start).
+
+    Attributes
+    ----------
+    peak : int
+        Highest bytes in use above the start level (0 or more).
+    end : int
+        Bytes in use at the end above the start level (negative when the region freed more
+        than it allocated).
+    windows : dict
+        Window name -> highest bytes in use during the window above the level at its start.
+    device : str
+    """
+
+    peak: int
+    end: int
+    device: str
+    windows: dict = field(default_factory=dict)
+
+
+class MemoryMeter:
+    """Context manager measuring allocations on `device` inside it (see the module docstring).
+
+    Parameters
+    ----------
+    device : torch.device or str
+        "cpu" or a CUDA device.
+
+    Attributes
+    ----------
+    result : MemoryMeasure
+        Set on exit.
+
+    Raises
+    ------
+    RuntimeError
+        On entry, if a torch profiler is already running (CPU), or CUDA is not available for a
+        CUDA device.
+
+    Examples
+    --------
+    >>> with MemoryMeter("cpu") as m:
+    ...     x = torch.empty(1000, dtype=torch.float32)
+    ...     with m.window("y"):
+    ...         y = torch.empty(250, dtype=torch.float32)
+    >>> m.result.peak, m.result.windows["y"]
+    (5000, 1000)
+    """
+
+    def __init__(self, device):
+        self.device = torch.device(device)
+        self.result = None
+        self._prof = None
+        self._cuda_marks = []
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("MemoryMeter: CUDA is not available")
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._cuda_peak = self._base
+            return self
+        if torch.autograd.profiler._is_profiler_enabled:
+            raise RuntimeError("MemoryMeter: a torch profiler is already running")
+        self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                            profile_memory=True, record_shapes=False)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
+            windows = {}
+            for name, start, high in self._cuda_marks:
+                windows[name] = max(windows.get(name, 0), high - start)
+            self.result = MemoryMeasure(
+                peak=max(0, peak - self._base),
+                end=torch.cuda.memory_allocated(self.device) - self._base,
+                device=str(self.device), windows=windows)
+            return False
+        self._prof.__exit__(*exc)
+        if exc[0] is None:
+            self.result = _fold_profile(self._prof, str(self.device))
+        return False
+
+    @contextlib.contextmanager
+    def window(self, name):
+        """Measure the highest point of the code inside, above the level at its start."""
+        if self.device.type == "cuda":
+            start = torch.cuda.memory_allocated(self.device)
+            self._cuda_peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
+            torch.cuda.reset_peak_memory_stats(self.device)
+            try:
+                yield
+            finally:
+                high = torch.cuda.max_memory_allocated(self.device)
+                self._cuda_peak = max(self._cuda_peak, high)
+                self._cuda_marks.append((name, start, high))
+            return
+        with torch.profiler.record_function(_MARK + name):
+            yield
+
+    def open_window(self, name):
+        """Start a window that :meth:`close_window` ends (for code split across callbacks)."""
+        cm = self.window(name)
+        cm.__enter__()
+        return cm
+
+    @staticmethod
+    def close_window(cm):
+        """End a window :meth:`open_window` started."""
+        cm.__exit__(None, None, None)
+
+
+def _fold_profile(prof, device):
+    """The running sum of the profile's CPU memory events: its peak, its end, the windows."""
+    events = prof.profiler.kineto_results.events()
+    mem, marks = [], []
+    for i, e in enumerate(events):
+        name = e.name()
+        if name == "[memory]":
+            if e.device_type() == torch.autograd.DeviceType.CPU:
+                mem.append((e.start_ns(), i, e.nbytes()))
+        elif name.startswith(_MARK):
+            marks.append((name[len(_MARK):], e.start_ns(), e.end_ns()))
+    mem.sort()
+    times = [t for t, _, _ in mem]
+    level, levels = 0, []
+    for _, _, b in mem:
+        level += b
+        levels.append(level)
+    peak = max([0] + levels)
+    windows = {}
+    for name, start, end in marks:
+        lo = bisect.bisect_left(times, start)
+        hi = bisect.bisect_right(times, end)
+        base = levels[lo - 1] if lo > 0 else 0
+        high = max([base] + levels[lo:hi]) - base
+        windows[name] = max(windows.get(name, 0), high)
+    return MemoryMeasure(peak=peak, end=level, device=device, windows=windows)
+
+
+def measure_peak(fn, device="cpu"):
+    """Run `fn()` under a :class:`MemoryMeter` and return ``(fn's result, MemoryMeasure)``."""
+    with MemoryMeter(device) as meter:
+        out = fn()
+    return out, meter.result

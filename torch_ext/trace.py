@@ -1,0 +1,564 @@
+"""Record one PyTorch training step as the forward graph G = (V, E) of the paper, with the
+execution facts (:class:`lowerset.ExecutionFacts`) its schedule needs.
+
+A node is one ATen operation the forward pass dispatches, as autograd sees them (the calls below
+``torch.nn.functional``, composite operations decomposed), holding all of that call's output
+tensors, in dispatch order. Parameters, buffers and the batch are not nodes: they are the facts'
+external arrays, resident for the step. An operation that reads only external arrays and makes
+no memory of its own (``aten.t`` of a weight, BatchNorm's ``num_batches_tracked.add_``, an empty
+tensor) is not a node either: its outputs are external arrays too, so that such operations do
+not float free in G (each one would double the lower sets).
+
+:func:`trace` runs the forward pass and one backward pass with PyTorch's own instruments:
+
+- a ``TorchDispatchMode`` sees each operation, its tensors and its outputs (a view shares its
+  argument's storage; an in-place operation returns its argument);
+- ``saved_tensors_hooks`` see which tensors autograd saves, and, in the backward pass, which
+  node reads each (``torch._C._current_autograd_node``);
+- hooks on the autograd nodes give the backward order and which gradients each node returns
+  (and whether they are views of the gradients it received);
+- finalizers on storages say where the plain step frees each tensor, and finalizers on the
+  tensors where the model's code drops its last reference (``NodeFacts.held_until``);
+- the profiler's memory events (CPU) or the caching allocator's counters (CUDA) give each
+  operation's and each backward call's highest point (:mod:`torch_ext.measure`);
+- ``torch.utils.flop_counter``'s formulas (``FlopCounterMode``'s) give the FLOPs.
+"""
+
+import math
+import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+from torch.utils.weak import WeakIdKeyDictionary
+
+import lowerset
+
+from . import _ops
+from ._guards import check_not_compiled, step_device
+from .exceptions import TraceError
+from .measure import MemoryMeter
+
+__all__ = ["trace", "TracedGraph", "COST_MODELS"]
+
+#: How node costs T_v are measured: "flops" (``torch.utils.flop_counter``'s formulas; an
+#: operation it has none for counts one per output element) or "profile" (forward time).
+COST_MODELS = ("flops", "profile")
+
+#: Total cost (cost units) the "flops" model aims at: FLOPs per unit is the power of ten that
+#: makes the whole forward pass cost at most this many units (the DP's tables are indexed by
+#: overhead).
+TARGET_TOTAL_COST = 10_000
+
+
+class TracedGraph(lowerset.Graph):
+    """A :class:`lowerset.Graph` recorded from PyTorch, with its execution facts.
+
+    Node labels are ints 0..n-1 in dispatch order (also the node ids); ``graph.facts`` holds
+    the execution facts. Each node's ``attrs`` identify the call for the executor's checks:
+    ``op`` (``"aten.convolution.default"``), ``inputs`` (per tensor argument
+    ``["node", label, output_index]`` or ``[kind, shape, dtype, device]`` with kind "param" or
+    "input"), ``outputs`` (``[shape, dtype, device]`` per output tensor), ``flops``,
+    ``absorbed`` (the names of the operations on external arrays dispatched just before it, not
+    nodes), and where they apply ``random`` (True), ``mutates`` (argument positions of external
+    arrays the call writes: BatchNorm's running statistics), ``hidden`` (the number of
+    arguments, last in the facts, that are values its backward reads without receiving them)
+    and ``pinned`` (why the node is never recomputed).
+
+    Attributes
+    ----------
+    cost_model : str
+    flop_unit : int or None
+        FLOPs per cost unit ("flops").
+    time_unit : float or None
+        Seconds per cost unit ("profile").
+    device : str
+        The device the step ran on.
+    param_bytes, input_bytes : int
+        Bytes of the distinct parameters / other external tensors the step reads.
+    """
+
+    def __init__(self, nodes, edges, cost, memory, attrs, *, facts, cost_model, flop_unit,
+                 time_unit, device):
+        super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
+        self.cost_model = cost_model
+        self.flop_unit = flop_unit
+        self.time_unit = time_unit
+        self.device = device
+
+    @property
+    def param_bytes(self):
+        return sum(b for kind, b in self.facts.externals if kind == "param")
+
+    @property
+    def input_bytes(self):
+        return sum(b for kind, b in self.facts.externals if kind == "input")
+
+
+class _Op:
+    """What the trace records of one forward call."""
+
+    __slots__ = ("func", "name", "args", "inputs", "edges", "outputs", "out_bytes", "views",
+                 "writes", "mutates", "random", "flops", "time", "node", "pin", "reads",
+                 "grads", "gviews", "freed_fwd", "freed_bwd", "dropped_at", "died", "index",
+                 "tracked")
+
+    def __init__(self, func, index):
+        self.func, self.name, self.index = func, str(func), index
+        self.args, self.inputs, self.edges = [], [], []
+        self.outputs, self.out_bytes, self.views = [], [], []
+        self.writes, self.mutates = set(), []
+        self.random, self.flops, self.time = _ops.is_random(func), 0, 0.0
+        self.node, self.pin = None, None
+        self.reads, self.grads, self.gviews = set(), {}, {}
+        self.freed_fwd, self.freed_bwd, self.dropped_at, self.died = {}, {}, {}, set()
+        self.tracked = set()   # outputs whose storage (not an external's) is watched
+
+
+class _Recorder(TorchDispatchMode):
+    """The dispatch mode and saved-tensor hooks of one trace (see the module docstring)."""
+
+    def __init__(self, meter, repeats):
+        super().__init__()
+        self.meter, self.repeats = meter, repeats
+        self.ops, self.n_nodes = [], 0
+        self.externals, self.ext_storages, self.ext_readers = [], set(), {}
+        self.external_sizes = []                 # bytes of each (its gradient's size)
+        self.params = []                         # the parameters read (strong: resident)
+        self.value_of = WeakIdKeyDictionary()   # tensor -> ("n", v, k) or ("e", e)
+        self.pending = []                        # (op index, weakrefs of outputs)
+        self.node_of = {}                        # id(autograd Node) -> op index
+        self.held_nodes = []                     # keeps the mapped Nodes (and their ids) alive
+        self.finalizers = []
+        self.phase, self.in_hook = "forward", False
+        self.backward_order, self.unknown_reads, self.window = [], [], None
+
+    # -- forward ---------------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.phase != "forward" or self.in_hook:
+            return func(*args, **kwargs)
+        self._resolve_pending()
+        i = len(self.ops)
+        op = _Op(func, i)
+        leaves, _ = _ops.flatten_call(args, kwargs)
+        tensors = [leaves[p] for p in _ops.tensor_positions(leaves)]
+        for t in tensors:
+            self._record_input(op, t)
+        op.writes = _ops.schema_writes(func, args, kwargs)
+        copies = self._external_copies(op, tensors)
+        out = self._run(op, func, args, kwargs, i)
+        op.mutates = sorted({p for p in op.writes if op.args[p][0] < 0}
+                            | {p for p, c in copies if not _same_bytes(c, tensors[p])})
+        del copies
+        outs = _ops.output_tensors(out)
+        self._record_outputs(op, i, tensors, outs, kwargs)
+        self.ops.append(op)
+        self._note_external_writes(op, i, tensors)
+        if op.node is not None:
+            op.flops = _flops(func, args, kwargs, out, outs, op.views)
+            self.pending.append((i, [weakref.ref(t) for t in outs]))
+        return out
+
+    def _run(self, op, func, args, kwargs, i):
+        start = time.perf_counter()
+        with self.meter.window(f"f{i}"):
+            out = func(*args, **kwargs)
+        op.time = time.perf_counter() - start
+        if self.repeats > 1 and not (op.random or op.writes):
+            op.time = _median_time(func, args, kwargs, self.repeats - 1, op.time)
+        return out
+
+    def _record_input(self, op, t):
+        ref = self.value_of.get(t)
+        if ref is not None and ref[0] == "n":
+            op.args.append((ref[1], ref[2]))
+            op.inputs.append(["node", ref[1], ref[2]])
+        else:
+            is_param = t.requires_grad and t.is_leaf
+            e = ref[1] if ref is not None else self._new_external(t, is_param)
+            if ref is None and is_param:
+                self.params.append(t)
+            op.args.append((~e, 0))
+            op.inputs.append([self.externals[e][0]] + _ops.describe(t))
+        op.edges.append(_edge_key(t))
+
+    def _new_external(self, t, is_param):
+        key = _ops.storage_key(t)
+        b = 0 if key is None or key in self.ext_storages else _ops.output_bytes([t], [])[0][0]
+        self.ext_storages.add(key)
+        e = len(self.externals)
+        self.externals.append(("param" if is_param else "input", b))
+        self.external_sizes.append(t.numel() * t.element_size())
+        self.value_of[t] = ("e", e)
+        return e
+
+    def _external_copies(self, op, tensors):
+        """Copies of the external tensors without a gradient that the call reads but does not
+        declare it writes, to find those it writes anyway (``native_batch_norm``'s running
+        statistics)."""
+        return [(p, t.detach().clone()) for p, t in enumerate(tensors)
+                if op.args[p][0] < 0 and p not in op.writes and not t.requires_grad
+                and t.numel()]
+
+    def _record_outputs(self, op, i, tensors, outs, kwargs):
+        sizes = _ops.output_bytes(outs, tensors)
+        op.out_bytes = [b for b, _ in sizes] or [0]
+        op.views = [p for _, p in sizes] or [-1]
+        op.outputs = [_ops.describe(o) for o in outs]
+        if self._absorbed(op, sizes):
+            is_param = any(t.requires_grad for t in tensors)  # outputs get it after autograd
+            for o in outs:
+                self._alias_external(o, is_param)
+            return
+        v = op.node = self.n_nodes
+        self.n_nodes += 1
+        if op.random and kwargs.get("generator") is not None:
+            op.pin = "draws from a generator passed to it, which the executor does not restore"
+        for k, o in enumerate(outs):
+            key = _ops.storage_key(o)
+            if key is not None and key not in self.ext_storages:  # memory of the step's own
+                op.tracked.add(k)
+                self.finalizers.append(weakref.finalize(o.untyped_storage(), self._freed, i, k))
+            self.finalizers.append(weakref.finalize(o, self._dropped, i, k))
+            self.value_of[o] = ("n", v, k)
+
+    def _absorbed(self, op, sizes):
+        """An operation on external arrays only, not random, that makes no memory: its
+        outputs are external arrays (views of parameters, zero-byte tensors)."""
+        return (all(s < 0 for s, _ in op.args) and not op.random
+                and all(p >= 0 or b == 0 for b, p in sizes))
+
+    def _alias_external(self, o, is_param):
+        ref = self.value_of.get(o)
+        if ref is None or ref[0] != "e":
+            self._new_external(o, is_param)
+
+    def _note_external_writes(self, op, i, tensors):
+        """Pin the nodes that read an external array an operation later overwrites (their
+        recomputation would read the new values)."""
+        for p, t in enumerate(tensors):
+            key = _ops.storage_key(t)
+            if op.args[p][0] < 0 and (p in op.writes or p in op.mutates):
+                for r in self.ext_readers.get(key, ()):
+                    if r != i and self.ops[r].pin is None:
+                        self.ops[r].pin = (f"reads an external array that operation {i} "
+                                           f"({op.name}) overwrites later")
+            if op.args[p][0] < 0 and op.node is not None:
+                self.ext_readers.setdefault(key, []).append(i)
+
+    def _resolve_pending(self):
+        """Map the autograd node of each finished call's outputs to the call (the outputs'
+        ``grad_fn`` is set once the call has returned through autograd)."""
+        for i, refs in self.pending:
+            for r in refs:
+                t = r()
+                fn = None if t is None else t.grad_fn
+                if fn is None:
+                    continue
+                owner = self.node_of.get(id(fn))
+                if owner is None:
+                    self.node_of[id(fn)] = i
+                    self.held_nodes.append(fn)
+                elif owner != i and self.ops[i].pin is None:
+                    self.ops[i].pin = "shares its autograd node with an earlier operation"
+        self.pending = []
+
+    def _freed(self, i, k):
+        """The storage of output k of operation i is freed (the plain step frees it here)."""
+        op = self.ops[i]
+        if self.phase == "backward":
+            op.freed_bwd[k] = max(0, len(self.backward_order) - 1)
+        elif self.phase in ("forward", "between"):
+            op.freed_fwd[k] = self.n_nodes - 1
+
+    def _dropped(self, i, k):
+        """The tensor object of output k of operation i is gone: the model's code no longer
+        holds it."""
+        op = self.ops[i]
+        op.died.add(k)
+        if self.phase == "forward":
+            op.dropped_at[k] = self.n_nodes - 1
+
+    # -- saved tensors ---------------------------------------------------------------------------
+
+    def pack(self, t):
+        """Keep a detached alias: the saved tensor's own Python object stays the model's, so
+        its finalizer says when the model's code drops it."""
+        self.in_hook = True
+        try:
+            ref = self.value_of.get(t)
+            return (ref if ref is not None and ref[0] == "n" else None, t.detach())
+        finally:
+            self.in_hook = False
+
+    def unpack(self, packed):
+        ref, t = packed
+        if ref is not None and self.phase == "backward":
+            node = torch._C._current_autograd_node()
+            i = self.node_of.get(id(node)) if node is not None else None
+            if i is None:
+                self.unknown_reads.append((ref, type(node).__name__ if node else None))
+            else:
+                self.ops[i].reads.add((ref[1], ref[2]))
+        return t
+
+    # -- backward --------------------------------------------------------------------------------
+
+    def hook_backward(self, loss):
+        """Register pre- and post-hooks on every mapped autograd node reachable from `loss`."""
+        self._resolve_pending()
+        seen, stack = set(), [loss.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            i = self.node_of.get(id(fn))
+            if i is not None:
+                fn.register_prehook(self._prehook(i))
+                fn.register_hook(self._posthook(i, fn))
+            stack.extend(f for f, _ in fn.next_functions)
+
+    def _prehook(self, i):
+        def pre(grad_outputs):
+            self._close_window()
+            self.backward_order.append(self.ops[i].node)
+            self.window = self.meter.open_window(f"b{i}")
+        return pre
+
+    def _posthook(self, i, fn):
+        def post(grad_inputs, grad_outputs):
+            _record_grads(self.ops[i], fn, grad_inputs, grad_outputs)
+        return post
+
+    def _close_window(self):
+        if self.window is not None:
+            self.meter.close_window(self.window)
+            self.window = None
+
+
+def _edge_key(t):
+    """What the autograd edge of an argument points to: its grad_fn and output number, the
+    leaf itself (an AccumulateGrad node), or None when it needs no gradient."""
+    if not t.requires_grad:
+        return None
+    if t.grad_fn is not None:
+        return ("fn", id(t.grad_fn), t.output_nr)
+    return ("leaf", id(t))
+
+
+def _next_key(fn, nr):
+    if fn is None:
+        return None
+    if type(fn).__name__ == "AccumulateGrad":
+        return ("leaf", id(fn.variable))
+    return ("fn", id(fn), nr)
+
+
+def _record_grads(op, fn, grad_inputs, grad_outputs):
+    """Which arguments got a gradient from the node's backward, and which of those are views
+    of a gradient it received (``AddBackward0`` hands its gradient on as it is)."""
+    taken = set()
+    out_keys = [_ops.storage_key(g) if g is not None else None for g in grad_outputs]
+    for (nfn, nr), g in zip(fn.next_functions, grad_inputs):
+        key = _next_key(nfn, nr)
+        if key is None:
+            continue
+        for p, e in enumerate(op.edges):
+            if e == key and p not in taken:
+                taken.add(p)
+                if g is not None:
+                    op.grads[p] = True
+                    gk = _ops.storage_key(g)
+                    op.gviews[p] = out_keys.index(gk) if gk is not None and gk in out_keys else -1
+                break
+
+
+def _raw(t):
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _same_bytes(copy, t):
+    return copy.shape == t.shape and copy.dtype == t.dtype and torch.equal(_raw(copy), _raw(t))
+
+
+def _flops(func, args, kwargs, out, outs, views):
+    """FLOPs of one call: ``torch.utils.flop_counter``'s formula, else one per element of the
+    outputs that own their memory."""
+    formula = flop_registry.get(func._overloadpacket)
+    if formula is not None:
+        try:
+            return int(formula(*args, **kwargs, out_val=out))
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            pass
+    return sum(o.numel() for o, p in zip(outs, views) if p < 0)
+
+
+def _median_time(func, args, kwargs, extra, first):
+    times = [first]
+    for _ in range(extra):
+        start = time.perf_counter()
+        func(*args, **kwargs)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory=True,
+          model=None):
+    """Run one training step and record it as a :class:`TracedGraph`.
+
+    `step()` runs the forward pass and returns the loss; the trace then runs
+    ``loss.backward()`` once. Parameters' gradients are put back as they were, and so are the
+    CPU and CUDA random generators; running statistics and other buffers the step updates stay
+    updated (the trace is a real step).
+
+    Parameters
+    ----------
+    step : callable
+        Takes no argument, runs one forward pass and returns the loss (a tensor with one
+        element that requires a gradient).
+    cost_model : {"flops", "profile"}
+        "flops": T_v = FLOPs of the operation (``torch.utils.flop_counter``'s formulas, as
+        ``FlopCounterMode`` counts them; an operation without one counts one per output
+        element) in units of :attr:`TracedGraph.flop_unit`, at least 1. "profile": the median
+        time of `repeats` runs in units of `time_unit` seconds (an operation that writes in
+        place or draws random numbers is timed once).
+    repeats : int
+        Runs per operation for "profile".
+    time_unit : float
+        Seconds per cost unit for "profile".
+    measure_memory : bool
+        Measure each operation's and each backward call's highest point (``forward_peak``,
+        ``backward_peak``) with :class:`torch_ext.measure.MemoryMeter`; False leaves them 0.
+    model : torch.nn.Module, optional
+        The model the step runs; a ``torch.compile``d module raises :class:`TraceError` (the
+        step's closure is searched for one as well).
+
+    Returns
+    -------
+    TracedGraph
+
+    Raises
+    ------
+    ValueError
+        If `cost_model`, `repeats` or `time_unit` is invalid.
+    TraceError
+        If `step` dispatches no operation, returns something other than a one-element tensor
+        with a gradient, runs a ``torch.compile``d module, or its backward pass reads a saved
+        tensor in an autograd node that no traced operation made.
+
+    Notes
+    -----
+    The schedule assumes the parameters' gradients are None when the step starts
+    (``optimizer.zero_grad()``, whose default sets them to None); the trace sets them to None
+    for its own backward pass and puts them back after. Tensors alive after the backward pass
+    (kept by the caller or a module) join ``facts.returned``: no plan drops or frees them.
+
+    References
+    ----------
+    .. [1] Kusumoto et al., NeurIPS 2019, Sec. 2 (G, T_v, M_v), Sec. 3 (liveness analysis).
+    """
+    _check_trace_args(cost_model, repeats, time_unit)
+    check_not_compiled(step, model, TraceError)
+    device = step_device(step, model)
+    rng = _RandomState.save()
+    meter = MemoryMeter(device) if measure_memory else _NoMeter()
+    rec = _Recorder(meter, repeats if cost_model == "profile" else 1)
+    saved_grads = {}
+    try:
+        with meter:
+            with rec, torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+                loss = step()
+                _check_loss(loss, rec)
+                rec.phase = "between"
+                saved_grads = _clear_grads(rec)
+                rec.hook_backward(loss)
+                rec.phase = "backward"
+                loss.backward()
+                rec._close_window()
+                rec.phase = "done"
+        windows = meter.result.windows if measure_memory else {}
+        return _build(rec, loss, windows, cost_model, time_unit, str(device))
+    finally:
+        rec.phase = "done"
+        for f in rec.finalizers:
+            f.detach()
+        for p, g in saved_grads.items():
+            p.grad = g
+        rng.restore()
+
+
+def _check_trace_args(cost_model, repeats, time_unit):
+    if cost_model not in COST_MODELS:
+        raise ValueError(f"unknown cost_model {cost_model!r}; expected one of {COST_MODELS}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    if not (isinstance(time_unit, (int, float)) and time_unit > 0):
+        raise ValueError(f"time_unit must be a positive number of seconds, got {time_unit!r}")
+
+
+class _NoMeter:
+    """Stands in for a MemoryMeter when memory is not measured."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def window(self, name):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def open_window(self, name):
+        return None
+
+    def close_window(self, cm):
+        pass
+
+
+class _RandomState:
+    """The CPU and CUDA generators' states, to put back after the trace."""
+
+    @classmethod
+    def save(cls):
+        self = cls()
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        return self
+
+    def restore(self):
+        torch.set_rng_state(self.cpu)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+
+
+def _check_loss(loss, rec):
+    if not any(op.node is not None for op in rec.ops):
+        raise TraceError("the traced step dispatched no operation on a tensor")
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TraceError(f"the traced step must return the loss, a tensor with one element; got "
+                         f"{type(loss).__name__}"
+                         + (f" of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+                            else ""))
+    ref = rec.value_of.get(loss)
+    if not loss.requires_grad or loss.grad_fn is None or ref is None or ref[0] != "n":
+        raise TraceError("the loss the traced step returns has no gradient: compute it inside "
+                         "the step from tensors that require one, with grad mode on")
+
+
+def _clear_grads(rec):
+    """Set the parameters' gradients to None for the trace's backward pass; return the old
+    ones to put back."""
+    saved = {}
+    for t in rec.params:
+        if t.grad is not None:
+            saved[t] = t.grad
+            t.grad = None
+    return saved
+
+
+from ._build import build as _build  # noqa: E402  (the facts; needs the classes above)
