@@ -86,6 +86,11 @@ class NodeFacts:
         or -1 when it holds none beyond the array's uses; empty when an executor frees arrays
         whatever the code holds (Chainer's hook empties the Variable). Liveness analysis keeps
         the forward copy of the array at least that long.
+    after : tuple of int
+        Node ids that run before this node without passing it an array: edges of G that carry
+        nothing (PyTorch's trace orders an operation with no argument from the graph after the
+        one dispatched before it, so that it does not float free among the lower sets). They
+        restrict the lower sets; liveness analysis and recomputation follow the arguments only.
     """
 
     outputs: tuple
@@ -104,6 +109,7 @@ class NodeFacts:
     inplace: bool = False
     plain_free_in_backward: tuple = ()
     held_until: tuple = ()
+    after: tuple = ()
 
     def to_dict(self):
         """JSON-ready dict (tuples become lists)."""
@@ -196,9 +202,14 @@ class ExecutionFacts:
             if not 0 <= v < n or v in bpos:
                 raise GraphError(f"backward_order entry {v!r} is not a node id or repeats")
             bpos[v] = i
+        consumers = [set() for _ in range(n)]
+        for w, nf in enumerate(self.nodes):
+            for s, _ in nf.args:
+                if s >= 0:
+                    consumers[s].add(w)
         for v in self.backward_order:
-            for w in graph.succs(v):
-                if int(w) in bpos and bpos[int(w)] > bpos[v]:
+            for w in sorted(consumers[v]):
+                if w in bpos and bpos[w] > bpos[v]:
                     raise GraphError(f"backward_order runs node {graph.labels[v]!r} before its "
                                      f"consumer {graph.labels[int(w)]!r}")
         for what, outs in (("returned", self.returned), ("seeds", self.seeds)):
@@ -368,8 +379,11 @@ def _check_node(graph, v, nf, facts):
             srcs.add(s)
         elif ~s >= len(facts.externals) or k != 0:
             raise bad(f"argument {a!r} names no external array")
-    if srcs != {int(p) for p in graph.preds(v)}:
-        raise bad(f"arguments come from nodes {sorted(srcs)}, but the graph's predecessors are "
+    if any(not 0 <= u < graph.n for u in nf.after):
+        raise bad(f"after {nf.after!r} names no node")
+    if srcs | set(nf.after) != {int(p) for p in graph.preds(v)}:
+        raise bad(f"arguments come from nodes {sorted(srcs)} and it runs after "
+                  f"{sorted(nf.after)}, but the graph's predecessors are "
                   f"{sorted(int(p) for p in graph.preds(v))}")
     for name, vals, lim in (("reads_args", nf.reads_args, n_arg),
                             ("reads_outputs", nf.reads_outputs, n_out)):

@@ -258,7 +258,8 @@ def dropped_of_labels(g, seg):
     shape (n,), monotone along every edge, no empty segment).
 
     A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor lies in a
-    later segment (then it is on ∂(L_i) itself)."""
+    later segment (then it is on ∂(L_i) itself). Successors here are the consumers of its
+    outputs: an edge that carries no array (``NodeFacts.after``) keeps nothing."""
     src, dst, droppable, tie = _drop_rule(g)
     boundary = np.zeros(g.n, dtype=bool)
     boundary[src[seg[dst] > seg[src]]] = True
@@ -271,19 +272,23 @@ def dropped_of_labels(g, seg):
 
 
 def _drop_rule(g):
-    """(edge sources, edge targets, nodes that may be dropped, in-place groups) of `g`,
-    computed once. The groups are an int64 root id per node (None when nothing is in place):
+    """(sources and targets of the edges that carry an array, nodes that may be dropped,
+    in-place groups) of `g`, computed once. The groups are an int64 root id per node (None when nothing is in place):
     an in-place function (``NodeFacts.inplace``) and the producer of the array it overwrites
     share one."""
     cached = g.__dict__.get("_drop_rule")
     if cached is None:
-        src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))
+        pairs = sorted({(s, w) for w, nf in enumerate(g.facts.nodes) for s, _ in nf.args
+                        if s >= 0})
+        src = np.array([s for s, _ in pairs], dtype=np.int64)
+        dst = np.array([w for _, w in pairs], dtype=np.int64)
         keep = pinned_nodes(g)
         for v, _ in g.facts.returned:
             keep[v] = True
-        droppable = ~keep & (np.diff(g.succ_ptr) > 0)
-        cached = g.__dict__["_drop_rule"] = (src, np.asarray(g.succ_idx, dtype=np.int64),
-                                             droppable, _inplace_groups(g.facts))
+        consumed = np.zeros(g.n, dtype=bool)
+        consumed[src] = True
+        droppable = ~keep & consumed
+        cached = g.__dict__["_drop_rule"] = (src, dst, droppable, _inplace_groups(g.facts))
     return cached
 
 

@@ -4,9 +4,11 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, external arrays that are views of others, in-place writes, arrays the step's code holds past their last use, saved state (stochastic or not), pinned nodes, workspace peaks, plain-run
-frees in either pass, a random subset of nodes whose backward runs (in a random order with
-consumers first), several returned outputs, either way of summing gradients.
+views, external arrays that are views of others, edges that carry no array, in-place writes,
+arrays the step's code holds past their last use, saved state (stochastic or not), pinned
+nodes, workspace peaks, plain-run frees in either pass, a random subset of nodes whose backward
+runs (in a random order with consumers first), several returned outputs, either way of summing
+gradients.
 Nodes are listed in forward order.
 """
 
@@ -36,8 +38,15 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             a += [(~e, 0) for e in draw(st.lists(st.integers(0, n_ext - 1), max_size=2))]
         a = draw(st.permutations(a)) if a else []
         args.append(tuple(a))
+    after = []   # edges that carry no array
+    for v in range(n):
+        free = [u for u in range(v) if (u, v) not in edges]
+        after.append(tuple(u for u in free if draw(st.integers(0, 4), label=f"after {u}->{v}")
+                           == 0))
+        edges.update((u, v) for u in after[v])
     runs = draw(st.lists(st.booleans(), min_size=n, max_size=n), label="backward runs")
-    bwd = _reverse_topological(draw, n, edges, [v for v in range(n) if runs[v]])
+    data = {(s, v) for v in range(n) for s, _ in args[v] if s >= 0}
+    bwd = _reverse_topological(draw, n, data, [v for v in range(n) if runs[v]])
     bpos = {v: q for q, v in enumerate(bwd)}
     nodes = []
     for v in range(n):
@@ -62,6 +71,7 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             plain_free_after=freed,
             inplace=any(p >= 0 for p in views) and draw(st.booleans()),
             plain_free_in_backward=draw(_backward_frees(freed, v, args, bpos)),
+            after=after[v],
             held_until=draw(st.one_of(st.just(()), st.tuples(
                 *[st.sampled_from([-1] + list(range(v, n))) for _ in outs[v]])))))
     sinks = [v for v in range(n) if not any(u == v for u, _ in edges)]

@@ -32,13 +32,23 @@ def _dropped(strategy):
     g, F = strategy.graph, strategy.graph.facts
     keep = np.zeros(g.n, dtype=bool)
     keep[strategy._segment_masks[-1]] = True
-    for b in strategy._cached_masks:
-        keep |= b
+    seg = {}
+    for i, m in enumerate(strategy._segment_masks):
+        for v in np.flatnonzero(m):
+            seg[int(v)] = i
+    for w, nf in enumerate(F.nodes):  # a value read in a later segment is on a boundary
+        for s, _ in nf.args:
+            if s >= 0 and seg[w] > seg[s]:
+                keep[s] = True
     for v, _ in F.returned:
         keep[v] = True
     for v, nf in enumerate(F.nodes):
         keep[v] |= nf.pinned
-    has_consumer = np.diff(g.succ_ptr) > 0
+    has_consumer = np.zeros(g.n, dtype=bool)
+    for nf in F.nodes:
+        for s, _ in nf.args:
+            if s >= 0:
+                has_consumer[s] = True
     dropped = ~keep & has_consumer
     changed = True
     while changed:  # an in-place function and the producer it overwrites: both or neither

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import lowerset as ls
 from lowerset import Event
+from lowerset.scheduling import dropped_nodes
 
 from facts_strategies import canonical_strategies, graphs_with_facts
 from schedule_reference import events as reference_events
@@ -17,7 +18,8 @@ def _graph(nodes, externals=(), backward=None, returned=None, seeds=None):
     """A graph 0..n-1 from NodeFacts keyword dicts (edges from the arguments)."""
     nfs = tuple(ls.NodeFacts(**d) for d in nodes)
     n = len(nfs)
-    edges = sorted({(s, v) for v, nf in enumerate(nfs) for s, _ in nf.args if s >= 0})
+    edges = sorted({(s, v) for v, nf in enumerate(nfs) for s, _ in nf.args if s >= 0}
+                   | {(u, v) for v, nf in enumerate(nfs) for u in nf.after})
     facts = ls.ExecutionFacts(
         nodes=nfs, forward_order=tuple(range(n)),
         backward_order=tuple(range(n - 1, -1, -1)) if backward is None else backward,
@@ -151,6 +153,24 @@ class TestHandComputed:
         s = ls.schedule(ls.CanonicalStrategy(chain((2,)), [{0, 1}, {0, 1, 2, 3}]))
         assert _kinds(s)[:5] == [("forward", 0), ("forward", 1), ("forward", 2), ("drop", 0),
                                  ("free_value", 1)]
+
+    def test_edges_without_arrays_keep_nothing(self):
+        # 0 -> 1 -> 2 -> 4 <- 3, and 3 runs after 1 without reading it (NodeFacts.after)
+        def node(args, after=()):
+            return dict(outputs=(10,), args=args, grad_args=(True,) * len(args),
+                        output_views=(-1,), grad_views=(-1,) * len(args),
+                        plain_free_after=(-1,), after=after)
+        g = _graph([node(()), node(((0, 0),)), node(((1, 0),)), node((), after=(1,)),
+                    node(((2, 0), (3, 0)))], returned=((4, 0),))
+        assert (1, 3) in g.edges
+        s = ls.CanonicalStrategy(g, [{0, 1, 2}, {0, 1, 2, 3, 4}])
+        # 1 is on the graph's boundary of {0, 1, 2} (its successor 3 lies outside) but no
+        # later segment reads it: it is dropped, and only 2 (read by 4) is kept
+        assert 1 in s.cached[0]
+        assert dropped_nodes(s).nonzero()[0].tolist() == [0, 1]
+        with pytest.raises(ls.GraphError, match="runs after"):
+            _graph([node(()), node((), after=(0,))], returned=((1, 0),)).facts.check(
+                ls.Graph([0, 1], [], {0: 1, 1: 1}, {0: 10, 1: 10}))
 
     def test_stochastic_state_is_kept_and_reused(self):
         g = _graph([dict(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),

@@ -37,7 +37,8 @@ def build(rec, loss, windows, cost_model, time_unit, device):
         returned=tuple(returned), seeds=seeds, grad_sum="inplace",
         external_sizes=tuple(rec.external_sizes))
     cost, flop_unit, unit = _costs(nodes, cost_model, time_unit, TARGET_TOTAL_COST)
-    edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0})
+    edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0}
+                   | {(u, v) for v, nf in enumerate(facts_nodes) for u in nf.after})
     memory = {op.node: sum(b for b, p in zip(op.out_bytes, op.views) if p < 0) for op in nodes}
     try:
         return TracedGraph(list(range(n)), edges, cost, memory, attrs, facts=facts,
@@ -121,7 +122,8 @@ def _node_facts(op, n, windows, bpos, kept):
                                for k in range(n_out)),
         inplace=any(p >= 0 and p in writes for p in views),
         plain_free_in_backward=tuple(op.freed_bwd.get(k, -1) for k in range(n_out)),
-        held_until=tuple(_held(op, k, n) for k in range(n_out)))
+        held_until=tuple(_held(op, k, n) for k in range(n_out)),
+        after=(v - 1,) if v > 0 and all(s < 0 for s, _ in args) else ())
     return nf, hidden
 
 

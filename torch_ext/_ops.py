@@ -11,8 +11,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
-           "storage_key", "view_of", "output_bytes", "is_random", "schema_writes", "describe",
-           "signature"]
+           "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
+           "drew_random", "schema_writes", "describe", "signature"]
 
 
 def flatten_call(args, kwargs):
@@ -89,6 +89,20 @@ def output_bytes(outs, tensors):
 def is_random(func):
     """Whether the operation draws from a random generator (``nondeterministic_seeded``)."""
     return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+
+
+def generator_marks():
+    """What changes when an operation draws from a default generator: the CPU generator's
+    state and each initialised CUDA generator's offset."""
+    cuda = ()
+    if torch.cuda.is_initialized():
+        cuda = tuple(g.get_offset() for g in torch.cuda.default_generators)
+    return torch.default_generator.get_state(), cuda
+
+
+def drew_random(before, after):
+    """Whether two :func:`generator_marks` differ."""
+    return before[1] != after[1] or not torch.equal(before[0], after[0])
 
 
 def schema_writes(func, args, kwargs):

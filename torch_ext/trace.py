@@ -163,10 +163,12 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def _run(self, op, func, args, kwargs, i):
+        marks = _ops.generator_marks()
         start = time.perf_counter()
         with self.meter.window(f"f{i}"):
             out = func(*args, **kwargs)
         op.time = time.perf_counter() - start
+        op.random = op.random or _ops.drew_random(marks, _ops.generator_marks())
         if self.repeats > 1 and not (op.random or op.writes):
             op.time = _median_time(func, args, kwargs, self.repeats - 1, op.time)
         return out
