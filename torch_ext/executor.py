@@ -23,7 +23,6 @@ import threading
 import weakref
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -155,7 +154,8 @@ class RecomputeContext:
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
         self._nodes = []        # the hooked autograd nodes (kept alive for their ids)
-        self._hooked = set()
+        self._hooked = set()   # ids of the hooked autograd nodes
+        self._hooked_nodes = set()
         self._gy = 0
         self._log = {"dropped": [], "recomputed": [], "freed": []}
         self._rec = []
@@ -174,7 +174,7 @@ class RecomputeContext:
         _ACTIVE.context = self
         self._reset()
         self._phase = "forward"
-        self._modes = [_Dispatch(self), _Functions(self),
+        self._modes = [_Dispatch(self),
                        torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]
         for m in self._modes:
             m.__enter__()
@@ -206,12 +206,15 @@ class RecomputeContext:
     # -- forward -------------------------------------------------------------------------------
 
     def _dispatch(self, func, args, kwargs):
-        if self._phase == "done" and self._check.starts_step(func, args, kwargs):
+        if self._pending and not self._in_hook:
+            self._hook_pending()
+        if (self._phase == "done" and torch.is_grad_enabled()
+                and torch._C._current_autograd_node() is None
+                and self._check.starts_step(func, args, kwargs)):
             self._reset()
             self._phase = "forward"
         if self._phase != "forward" or self._in_hook:
             return func(*args, **kwargs)
-        self._hook_pending()
         call = self._check.before(func, args, kwargs, self._value_of)
         if call.node is None:   # an operation on external arrays only (absorbed)
             out = func(*args, **kwargs)
@@ -231,7 +234,9 @@ class RecomputeContext:
         sizes = self._check.after(v, outs, tensors)
         del tensors
         for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
-            self._held[v, k] = o
+            # an alias, not the tensor itself: PyTorch's factory functions hand the caller a
+            # detached copy of a result something else holds (an extra aten.detach)
+            self._held[v, k] = o.detach()
             self._bytes[v, k] = b
             self._value_of[o] = (v, k)
         if not self._cursor.expect("forward", v):
@@ -252,6 +257,7 @@ class RecomputeContext:
                 fn = None if t is None else t.grad_fn
                 if fn is not None and id(fn) not in self._hooked:
                     self._hooked.add(id(fn))
+                    self._hooked_nodes.add(v)
                     self._nodes.append(fn)
                     fn.register_prehook(self._prehook(v))
                     fn.register_hook(self._posthook(v))
@@ -278,6 +284,8 @@ class RecomputeContext:
     # -- saved tensors ------------------------------------------------------------------------
 
     def _pack(self, t):
+        if self._pending:   # autograd saves an output after giving it its node
+            self._hook_pending()
         ref = self._value_of.get(t)
         return t if ref is None else _Handle(*ref)
 
@@ -337,6 +345,14 @@ class RecomputeContext:
 
     def _out_of_order(self, kind, v):
         nxt = self._cursor.peek()
+        if kind == "backward" and nxt is not None and nxt[0] == "backward" \
+                and nxt[1] not in self._hooked_nodes:
+            return HookUsageError(
+                f"the backward of node {nxt[1]} ({self._check.name(nxt[1])}) ran before the "
+                "context could hook its autograd node: start the backward pass inside the "
+                "block with loss.backward() or torch.autograd.backward/grad without an "
+                "explicit gradient (or run any operation between the forward and the backward "
+                "pass)")
         what = ("the end of the step" if nxt is None
                 else f"the {nxt[0]} of node {nxt[1]} ({self._check.name(nxt[1])})")
         return StrategyMismatchError(
@@ -402,17 +418,3 @@ class _Dispatch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.ctx._dispatch(func, args, kwargs or {})
-
-
-class _Functions(TorchFunctionMode):
-    """Hooks the autograd nodes of the last operations when ``Tensor.backward`` is called (the
-    loss's node gets its ``grad_fn`` after its dispatch returns)."""
-
-    def __init__(self, ctx):
-        super().__init__()
-        self.ctx = ctx
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.Tensor.backward:
-            self.ctx._hook_pending()
-        return func(*args, **(kwargs or {}))
