@@ -14,6 +14,7 @@ from .dp import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .scheduling import *  # noqa: F401,F403
 from .planner import *  # noqa: F401,F403
+from .baselines.dtr import DTRSchedule, dtr  # noqa: F401
 from .replay import *  # noqa: F401,F403
 from .optimality import *  # noqa: F401,F403
 from . import exceptions, execution, graph, lowersets, strategy, dp, io, scheduling, planner, baselines
@@ -23,4 +24,4 @@ from . import optimality
 __version__ = "0.1.0"
 
 __all__ = (exceptions.__all__ + execution.__all__ + graph.__all__ + lowersets.__all__ + strategy.__all__ + dp.__all__
-           + io.__all__ + scheduling.__all__ + planner.__all__ + replay.__all__ + optimality.__all__)
+           + ["dtr", "DTRSchedule"] + io.__all__ + scheduling.__all__ + planner.__all__ + replay.__all__ + optimality.__all__)

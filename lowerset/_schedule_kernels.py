@@ -13,9 +13,10 @@ never raises. The graph's execution facts arrive flattened (:class:`lowerset.sch
   whose gradient it receives (outputs first, then externals);
 - ``rarg`` and ``rout`` (CSR by node) list the arguments and outputs a backward reads.
 
-Event kinds are the integer codes of :data:`EVENT_CODES`; the event arrays are ``kind``,
-``node``, ``nbytes`` (int64, one entry per event) and the outputs of each event in CSR form
-(``optr``, ``oidx``, output indexes local to the node).
+Event kinds are the integer codes of :data:`EVENT_CODES` (EVICT, EVICT_STATE and REMATERIALIZE
+are the events of a runtime cache, :func:`lowerset.baselines.dtr`, which :func:`fold` counts
+too); the event arrays are ``kind``, ``node``, ``nbytes`` (int64, one entry per event) and the
+outputs of each event in CSR form (``optr``, ``oidx``, output indexes local to the node).
 
 References: Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy; liveness analysis).
 """
@@ -24,8 +25,9 @@ import numpy as np
 from numba import njit
 
 FORWARD, DROP, FREE_VALUE, FREE_STATE, SEED_GRAD, RECOMPUTE, BACKWARD, FREE_GRAD = range(8)
+EVICT, EVICT_STATE, REMATERIALIZE = range(8, 11)  # a runtime cache's events (baselines.dtr)
 EVENT_CODES = ("forward", "drop", "free_value", "free_state", "seed_grad", "recompute",
-               "backward", "free_grad")
+               "backward", "free_grad", "evict", "evict_state", "rematerialize")
 
 
 @njit(cache=True)
@@ -328,38 +330,96 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
          fpeak, bpeak, sum_inplace):
     """Pass 3: bytes in use after each event and at each event's highest point.
 
-    Memory is counted per buffer: a view shares its base's buffer (its bytes are in use while
-    any array refers to it). A FORWARD or RECOMPUTE allocates the outputs that are not views and
-    the state; a BACKWARD takes its outputs' pending gradients, allocates one gradient per
-    argument it gives one to (a view of an output gradient when ``arg_gview`` says so), then
-    sums each into the pending gradient of its target in argument order. With `sum_inplace`
-    False (Chainer) a target with more than one gradient gets one new array; with it True
-    (PyTorch) the output gradients are released first, then each arriving gradient is added
-    into the pending one if no other array shares that buffer, else the pending one into the
-    arriving one if none shares that, else both into a new array. The initial gradient of a
-    seed is also held by the caller for the whole step. An event's highest point is its start
-    level plus the larger of what it allocates (for a BACKWARD with its sums) and its measured
-    peak (`fpeak`, `bpeak`).
+    :func:`fold_run` over the events from :func:`fold_start`, with the resident bytes added.
 
     Returns
     -------
     timeline, highs : ndarray of int64, shape (#events,)
         Bytes in use (resident included) after each event and at its highest point.
     """
+    st = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]])
+    st, timeline, highs = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
+                                   out_view, state, stoch, arg_ptr, arg_target, arg_size,
+                                   arg_grad, arg_gview, grad_out, fpeak, bpeak, sum_inplace)
+    return timeline + resident, highs + resident
+
+
+@njit(cache=True)
+def fold_start(n_out, n_targets, n, n_args):
+    """The state of a fold before the first event: no buffer in use.
+
+    Returns
+    -------
+    tuple of 8 ndarray of int64
+        ``(bsize, brefs, val, sbuf, pend, gy, gx, scal)``: per buffer its bytes and references
+        (shape (capacity,)); the buffer of each output (shape (n_out,)) and state (shape (n,)),
+        -1 when not held, -2 for a view of an external array; the pending gradient of each
+        target (shape (n_targets,)); the output gradients a backward is using (shape (n_out,));
+        the argument gradients of one backward (shape (max(1, n_args),)); ``scal = [bytes in
+        use, buffers made]`` (shape (2,)).
+    """
+    cap = 4 * n_out + 2 * n + 2 * n_args + 8
+    return (np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
+            np.full(n_out, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.full(n_targets, -1, dtype=np.int64), np.full(n_out, -1, dtype=np.int64),
+            np.empty(max(1, n_args), dtype=np.int64), np.zeros(2, dtype=np.int64))
+
+
+@njit(cache=True)
+def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
+              arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+              sum_inplace):
+    """Bytes above the current level of `st` that the first of the events would reach at its
+    highest point: :func:`fold_run` on a copy of `st` (which is left as it is)."""
+    copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
+            st[5].copy(), st[6].copy(), st[7].copy())
+    copy, timeline, highs = fold_run(copy, kind[:1], node, nbytes, optr, oidx, out_ptr,
+                                     out_bytes, out_view, state, stoch, arg_ptr, arg_target,
+                                     arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                     sum_inplace)
+    return highs[0] - st[7][0]
+
+
+@njit(cache=True)
+def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
+             arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+             sum_inplace):
+    """The memory fold of events from state `st` (:func:`fold_start`); the one statement of
+    how events use memory, for :func:`fold` and for a runtime that builds its events one by
+    one (:func:`lowerset.baselines.dtr`).
+
+    Memory is counted per buffer: a view shares its base's buffer (its bytes are in use while
+    any array refers to it). A FORWARD or RECOMPUTE allocates the outputs that are not views and
+    the state; a REMATERIALIZE (a runtime cache's replay of a forward) allocates those of its
+    outputs and state that are not held and makes the held ones again as transient duplicates;
+    DROP, FREE_VALUE and EVICT release outputs, FREE_STATE and EVICT_STATE a state. A BACKWARD
+    takes its outputs' pending gradients, allocates one gradient per argument it gives one to
+    (a view of an output gradient when ``arg_gview`` says so), then sums each into the pending
+    gradient of its target in argument order. With `sum_inplace` False (Chainer) a target with
+    more than one gradient gets one new array; with it True (PyTorch) the output gradients are
+    released first, then each arriving gradient is added into the pending one if no other array
+    shares that buffer, else the pending one into the arriving one if none shares that, else
+    both into a new array. The initial gradient of a seed is also held by the caller for the
+    whole step. An event's highest point is its start level plus the larger of what it
+    allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its duplicates) and its
+    measured peak (`fpeak`, `bpeak`).
+
+    Returns
+    -------
+    st : tuple
+        The state after the events (its buffer table grown where it filled up).
+    timeline, highs : ndarray of int64, shape (#events,)
+        Bytes in use after each event and at its highest point (resident bytes not included).
+    """
     n_ev = kind.shape[0]
     n = state.shape[0]
-    cap = 4 * n_out + 2 * n + 2 * arg_ptr[n] + 8
-    bsize = np.zeros(cap, dtype=np.int64)
-    brefs = np.zeros(cap, dtype=np.int64)
-    nb = 0
-    val = np.full(n_out, -1, dtype=np.int64)
-    sbuf = np.full(n, -1, dtype=np.int64)
-    pend = np.full(n_targets, -1, dtype=np.int64)
-    gy = np.full(n_out, -1, dtype=np.int64)
-    gx = np.empty(max(1, arg_ptr[n]), dtype=np.int64)
+    n_out = out_ptr[n]
+    bsize, brefs, val, sbuf, pend, gy, gx, scal = st
+    used = scal[0]
+    nb = scal[1]
+    cap = bsize.shape[0]
     timeline = np.empty(n_ev, dtype=np.int64)
     highs = np.empty(n_ev, dtype=np.int64)
-    used = 0
     for i in range(n_ev):
         if nb + 2 * (arg_ptr[n] + n_out) + 8 > cap:  # grow the buffer table
             cap *= 2
@@ -369,10 +429,14 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
         v = node[i]
         before = used
         extra = 0
-        if k == FORWARD or k == RECOMPUTE:
+        if k == FORWARD or k == RECOMPUTE or k == REMATERIALIZE:
+            dup = 0
             for o in range(out_ptr[v], out_ptr[v + 1]):
                 w = out_view[o]
-                if w == -1:
+                if k == REMATERIALIZE and val[o] != -1:  # held: made again and released
+                    if w == -1:
+                        dup += out_bytes[o]
+                elif w == -1:
                     val[o] = _new(bsize, brefs, nb, out_bytes[o])
                     nb += 1
                     used += out_bytes[o]
@@ -381,17 +445,20 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
                 else:
                     val[o] = val[w]
                     brefs[val[w]] += 1
-            if state[v] > 0 and not (k == RECOMPUTE and stoch[v]):
-                sbuf[v] = _new(bsize, brefs, nb, state[v])
-                nb += 1
-                used += state[v]
-            extra = max(0, fpeak[v] - (used - before))
-        elif k == DROP or k == FREE_VALUE:
+            if state[v] > 0 and not (k != FORWARD and stoch[v]):
+                if k == REMATERIALIZE and sbuf[v] >= 0:
+                    dup += state[v]
+                else:
+                    sbuf[v] = _new(bsize, brefs, nb, state[v])
+                    nb += 1
+                    used += state[v]
+            extra = max(dup, fpeak[v] - (used - before))
+        elif k == DROP or k == FREE_VALUE or k == EVICT:
             for j in range(optr[i], optr[i + 1]):
                 o = out_ptr[v] + oidx[j]
                 used -= _unref(bsize, brefs, val[o])
                 val[o] = -1
-        elif k == FREE_STATE:
+        elif k == FREE_STATE or k == EVICT_STATE:
             used -= _unref(bsize, brefs, sbuf[v])
             sbuf[v] = -1
         elif k == SEED_GRAD:
@@ -423,47 +490,57 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
                     gy[o] = -1
                 used, high, nb = _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx,
                                               pend, bsize, brefs, nb, used, high)
-                extra = max(0, bpeak[v] - (high - before)) + (high - used)
-                timeline[i] = used + resident
-                highs[i] = used + extra + resident
-                continue
-            for a in range(arg_ptr[v], arg_ptr[v + 1]):
-                if not arg_grad[a]:
-                    continue
-                t = arg_target[a]
-                first = True
-                for a2 in range(arg_ptr[v], a):
-                    if arg_grad[a2] and arg_target[a2] == t:
-                        first = False
-                if not first:
-                    continue
-                count = 1 if pend[t] >= 0 else 0
-                for a2 in range(a, arg_ptr[v + 1]):
-                    if arg_grad[a2] and arg_target[a2] == t:
-                        count += 1
-                if count == 1:
-                    pend[t] = gx[a]
-                    continue
-                s = _new(bsize, brefs, nb, arg_size[a])
-                nb += 1
-                used += arg_size[a]
-                if used > high:
-                    high = used
-                if pend[t] >= 0:
-                    used -= _unref(bsize, brefs, pend[t])
-                for a2 in range(a, arg_ptr[v + 1]):
-                    if arg_grad[a2] and arg_target[a2] == t:
-                        used -= _unref(bsize, brefs, gx[a2])
-                pend[t] = s
+            else:
+                used, high, nb = _sum_new(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend,
+                                          bsize, brefs, nb, used, high)
             extra = max(0, bpeak[v] - (high - before)) + (high - used)
         elif k == FREE_GRAD:
             for o in range(out_ptr[v], out_ptr[v + 1]):
                 if gy[o] >= 0:
                     used -= _unref(bsize, brefs, gy[o])
                     gy[o] = -1
-        timeline[i] = used + resident
-        highs[i] = used + extra + resident
-    return timeline, highs
+        timeline[i] = used
+        highs[i] = used + extra
+    scal[0] = used
+    scal[1] = nb
+    return (bsize, brefs, val, sbuf, pend, gy, gx, scal), timeline, highs
+
+
+@njit(cache=True, inline="always")
+def _sum_new(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend, bsize, brefs, nb, used,
+             high):
+    """The gradient sums of node `v`'s backward, Chainer's way (see :func:`fold`): a target
+    that gets more than one gradient (a pending one included) gets one new array holding their
+    sum. Return the bytes in use, the highest level reached and the next buffer id."""
+    for a in range(arg_ptr[v], arg_ptr[v + 1]):
+        if not arg_grad[a]:
+            continue
+        t = arg_target[a]
+        first = True
+        for a2 in range(arg_ptr[v], a):
+            if arg_grad[a2] and arg_target[a2] == t:
+                first = False
+        if not first:
+            continue
+        count = 1 if pend[t] >= 0 else 0
+        for a2 in range(a, arg_ptr[v + 1]):
+            if arg_grad[a2] and arg_target[a2] == t:
+                count += 1
+        if count == 1:
+            pend[t] = gx[a]
+            continue
+        s = _new(bsize, brefs, nb, arg_size[a])
+        nb += 1
+        used += arg_size[a]
+        if used > high:
+            high = used
+        if pend[t] >= 0:
+            used -= _unref(bsize, brefs, pend[t])
+        for a2 in range(a, arg_ptr[v + 1]):
+            if arg_grad[a2] and arg_target[a2] == t:
+                used -= _unref(bsize, brefs, gx[a2])
+        pend[t] = s
+    return used, high, nb
 
 
 @njit(cache=True)

@@ -60,15 +60,21 @@ class InfeasibleBudgetError(LowersetError):
         The budget asked for, in bytes.
     min_budget : int or None
         The smallest feasible budget in bytes for the same method, when it is known.
+    reason : str or None
+        What failed, when the method says (``lowerset.baselines.dtr``: the function and the
+        bytes it needed).
     """
 
-    def __init__(self, budget, min_budget=None, method=None):
+    def __init__(self, budget, min_budget=None, method=None, reason=None):
         self.budget = int(budget)
         self.min_budget = None if min_budget is None else int(min_budget)
         self.method = method
+        self.reason = reason
         msg = f"budget {self.budget} bytes ({self.budget / 1e9:.3f} GB) is infeasible"
         if method is not None:
             msg += f" for method={method!r}"
+        if reason is not None:
+            msg += f": {reason}"
         if self.min_budget is not None:
             msg += (f"; the minimal feasible budget is {self.min_budget} bytes "
                     f"({self.min_budget / 1e9:.3f} GB)")

@@ -154,13 +154,15 @@ class Schedule:
 
     @property
     def recomputed(self):
-        """Labels recomputed, in order (each at most once)."""
+        """Labels recomputed (or rematerialized), in order; a canonical strategy's schedule
+        recomputes each at most once."""
         kind, node = self.arrays[0], self.arrays[1]
-        return [self.graph.labels[v] for v in node[kind == _k.RECOMPUTE].tolist()]
+        return [self.graph.labels[v] for v in node[_replays(kind)].tolist()]
 
     @property
     def recompute_cost(self):
-        """Total cost T of the recomputed nodes, cost units (at most the eq. (1) overhead)."""
+        """Total cost T of the recomputations (and rematerializations), cost units; for a
+        canonical strategy at most its eq. (1) overhead."""
         return _recompute_cost(self.graph, self.arrays)
 
     def __len__(self):
@@ -468,9 +470,57 @@ def _plain_frees(f, freed, kind, node, nbytes, outs):
 
 
 def _recompute_cost(g, arrays):
-    """Total cost T (cost units) of the nodes the event arrays recompute."""
+    """Total cost T (cost units) of the nodes the event arrays recompute or rematerialize."""
     kind, node = arrays[0], arrays[1]
-    return int(g.cost[node[kind == _k.RECOMPUTE]].sum())
+    return int(g.cost[node[_replays(kind)]].sum())
+
+
+def _replays(kind):
+    """Bool per event: a RECOMPUTE or a REMATERIALIZE (a replay of a forward)."""
+    return (kind == _k.RECOMPUTE) | (kind == _k.REMATERIALIZE)
+
+
+class EventFold:
+    """The memory fold of :func:`simulate` over events given one at a time, for a runtime that
+    picks its next event by the bytes in use (``lowerset.baselines.dtr``). All figures are
+    bytes, resident (parameters, inputs) included.
+
+    Parameters
+    ----------
+    g : Graph
+    """
+
+    def __init__(self, g):
+        f = flat_facts(g)
+        self.resident = f.resident
+        self._facts = (f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
+                       f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out, f.fpeak,
+                       f.bpeak, f.sum_inplace)
+        self._st = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]))
+
+    @property
+    def used(self):
+        """Bytes in use now."""
+        return int(self._st[7][0]) + self.resident
+
+    def need(self, kind, node, nbytes, outputs):
+        """Bytes above :attr:`used` at the highest point of event ``(kind, node, nbytes,
+        outputs)`` (an event code, a node id, bytes, local output indexes), were it next."""
+        return int(_k.fold_need(self._st, *_one_event(kind, node, nbytes, outputs),
+                                *self._facts))
+
+    def apply(self, kind, node, nbytes, outputs):
+        """Fold the event in; return the bytes in use after it and at its highest point."""
+        self._st, timeline, highs = _k.fold_run(
+            self._st, *_one_event(kind, node, nbytes, outputs), *self._facts)
+        return int(timeline[0]) + self.resident, int(highs[0]) + self.resident
+
+
+def _one_event(kind, node, nbytes, outputs):
+    """The event arrays ``(kind, node, nbytes, optr, oidx)`` of one event."""
+    return (np.array([kind], dtype=np.int64), np.array([node], dtype=np.int64),
+            np.array([nbytes], dtype=np.int64), np.array([0, len(outputs)], dtype=np.int64),
+            np.array(outputs, dtype=np.int64).reshape(-1))
 
 
 def _fold(g, arrays):
