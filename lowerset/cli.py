@@ -7,6 +7,7 @@
     lowerset simulate PLAN [--plot timeline.png] [--plot-plan plan.png] [--dot plan.dot]
     lowerset pareto GRAPH [--method auto|exact|approx] [--plot pareto.png]
     lowerset min-budget GRAPH [--method auto|exact|approx] [--model executor|paper]
+    lowerset dtr GRAPH --budget 2GB [--heuristic dtr|dtr_local|lru|size] [--plot timeline.png]
 
 GRAPH is one of the authors' ``cg_*.txt`` files or a graph JSON written by
 :func:`lowerset.save_graph` (for instance of a graph recorded by ``chainer_ext.trace``, whose
@@ -118,6 +119,18 @@ def build_parser():
     common(q, model=False)
     q.add_argument("--plot", metavar="PNG", help="write the trade-off picture here")
     q.add_argument("--json", metavar="FILE", help="write the front as JSON here")
+
+    q = sub.add_parser("dtr", help="simulate DTR, a runtime cache, on the step",
+                       description="Simulate Dynamic Tensor Rematerialization (Kirisame et al., "
+                                   "ICLR 2021) over the step within the budget: the same "
+                                   "summary as simulate.")
+    q.add_argument("graph", metavar="GRAPH")
+    q.add_argument("--budget", "-b", required=True, metavar="SIZE",
+                   help="whole-step device memory, e.g. 2GB")
+    q.add_argument("--heuristic", default="dtr", metavar="NAME",
+                   help="eviction heuristic: dtr (h_DTR, default), dtr_local, lru or size")
+    q.add_argument("--plot", metavar="PNG", help="write the memory timeline picture here")
+    q.add_argument("--events", action="store_true", help="list every event")
 
     q = sub.add_parser("min-budget", help="the least budget any plan fits in",
                        description="Print the least budget in bytes: the least whole-step "
@@ -284,32 +297,53 @@ def cmd_plan(a, out):
         sys.stderr.write(summary + "\n")
 
 
+def _schedule_lines(sc, budget):
+    """The summary lines of a schedule (``simulate``, ``dtr``): peak, resident bytes,
+    recomputation, events by kind, and whether it fits `budget` (None: no such line)."""
+    g = sc.graph
+    kinds = {}
+    for e in sc.events:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    peak_event = sc.events[sc.fold.peak_index] if sc.fold.peak_index >= 0 else None
+    lines = {"peak": f"peak: {_fmt(sc.peak)}" + (
+                 f" at event {sc.fold.peak_index} ({peak_event.kind} of node "
+                 f"{peak_event.node!r})" if peak_event else ""),
+             "resident": f"resident (parameters, inputs): {_fmt(sc.resident)}",
+             "recomputed": f"recomputed: {len(sc.recomputed)} values, cost {sc.recompute_cost} "
+                           f"of T(V) = {g.total_cost()} "
+                           f"({100.0 * sc.recompute_cost / g.total_cost():.1f}%)",
+             "events": "events: " + ", ".join(f"{k} {n}" for k, n in kinds.items()),
+             "budget": None}
+    if budget is not None:
+        lines["budget"] = f"budget {_fmt(budget)}: " + (
+            "fits" if sc.peak <= budget else f"does NOT fit (over by {_fmt(sc.peak - budget)})")
+    return lines
+
+
+def _facts_kind(g):
+    return "traced" if g.has_facts else "default"
+
+
+def _write_events(sc, out):
+    for i, (e, b) in enumerate(zip(sc.events, sc.timeline.tolist())):
+        out.write(f"{i}\t{e.kind}\t{e.node}\t{e.bytes}\t{b}\n")
+
+
 def cmd_simulate(a, out):
     """``lowerset simulate``: the schedule's figures, optionally its pictures."""
     s = _read_plan(a.plan)
     sc = s.schedule
     g = s.graph
-    kinds = {}
-    for e in sc.events:
-        kinds[e.kind] = kinds.get(e.kind, 0) + 1
-    peak_event = sc.events[sc.fold.peak_index] if sc.fold.peak_index >= 0 else None
-    lines = [f"plan: {len(s)} segments on {g.n} nodes ({'traced' if g.has_facts else 'default'} "
-             "execution facts)",
-             f"peak: {_fmt(sc.peak)}" + (f" at event {sc.fold.peak_index} ({peak_event.kind} of "
-                                         f"node {peak_event.node!r})" if peak_event else ""),
-             f"resident (parameters, inputs): {_fmt(sc.resident)}",
-             f"recomputed: {len(sc.recomputed)} values, cost {sc.recompute_cost} of T(V) = "
-             f"{g.total_cost()} ({100.0 * sc.recompute_cost / g.total_cost():.1f}%)",
+    parts = _schedule_lines(sc, a.budget)
+    lines = [f"plan: {len(s)} segments on {g.n} nodes ({_facts_kind(g)} execution facts)",
+             parts["peak"], parts["resident"], parts["recomputed"],
              f"eq. (1) overhead {s.overhead}, eq. (2) peak {_fmt(s.peak_memory)}",
-             "events: " + ", ".join(f"{k} {n}" for k, n in kinds.items())]
-    if a.budget is not None:
-        lines.append(f"budget {_fmt(a.budget)}: "
-                     + ("fits" if sc.peak <= a.budget else
-                        f"does NOT fit (over by {_fmt(sc.peak - a.budget)})"))
+             parts["events"]]
+    if parts["budget"]:
+        lines.append(parts["budget"])
     out.write("\n".join(lines) + "\n")
     if a.events:
-        for i, (e, b) in enumerate(zip(sc.events, sc.timeline.tolist())):
-            out.write(f"{i}\t{e.kind}\t{e.node}\t{e.bytes}\t{b}\n")
+        _write_events(sc, out)
     if a.plot or a.plot_plan:
         from . import plot
 
@@ -381,6 +415,33 @@ def cmd_pareto(a, out):
         _save(ax, a.plot, out)
 
 
+def cmd_dtr(a, out):
+    """``lowerset dtr``: DTR simulated on the step of GRAPH, summarised as ``simulate`` does."""
+    from .baselines.dtr import dtr
+    from .units import parse_size
+
+    try:
+        budget = parse_size(a.budget)
+    except ValueError as e:
+        raise CommandError(f"--budget: {e}") from None
+    g = read_graph(a.graph)
+    sc = dtr(g, budget, a.heuristic)
+    parts = _schedule_lines(sc, budget)
+    nodes = len(sc.rematerializations)
+    lines = [f"dtr ({a.heuristic}): {g.n} nodes ({_facts_kind(g)} execution facts), "
+             f"{sc.seconds:.2f} s",
+             parts["peak"], parts["resident"], parts["recomputed"],
+             f"rematerialized nodes: {nodes}, evictions: {sc.evictions}",
+             parts["events"], parts["budget"]]
+    out.write("\n".join(lines) + "\n")
+    if a.events:
+        _write_events(sc, out)
+    if a.plot:
+        from . import plot
+
+        _save(plot.timeline(sc, budget=budget), a.plot, out)
+
+
 def cmd_min_budget(a, out):
     """``lowerset min-budget``: the least feasible budget."""
     g = read_graph(a.graph)
@@ -401,7 +462,7 @@ def cmd_min_budget(a, out):
 
 
 COMMANDS = {"plan": cmd_plan, "simulate": cmd_simulate, "pareto": cmd_pareto,
-            "min-budget": cmd_min_budget}
+            "min-budget": cmd_min_budget, "dtr": cmd_dtr}
 
 
 def main(argv=None, out=None):

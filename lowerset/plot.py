@@ -71,7 +71,8 @@ def event_phases(sched):
     """Return the phase of each event of a schedule: "forward", "recompute" or "backward".
 
     Events before the first ``seed_grad`` are the forward pass; after it, ``recompute`` events
-    are the recomputation and everything else (backward steps, frees) the backward pass.
+    (and a runtime cache's ``rematerialize`` events, ``lowerset.dtr``) are the recomputation and
+    everything else (backward steps, frees) the backward pass.
 
     Parameters
     ----------
@@ -93,8 +94,8 @@ def event_phases(sched):
     for e in sched.events:
         if e.kind == "seed_grad":
             seeded = True
-        phases.append("recompute" if e.kind == "recompute" else
-                      "backward" if seeded else "forward")
+        replay = e.kind == "recompute" or (seeded and e.kind == "rematerialize")
+        phases.append("recompute" if replay else "backward" if seeded else "forward")
     return phases
 
 

@@ -150,6 +150,28 @@ class TestSimulate:
         assert dot.read_text().startswith("digraph plan {")
 
 
+class TestDTR:
+    def test_summary_as_simulate(self, vgg):
+        s = ls.dtr(ls.read_cg(vgg), 2_500_000_000)
+        assert s.recompute_cost > 0
+        status, stdout, _ = run("dtr", vgg, "--budget", "2.5GB", "--events")
+        assert status == 0
+        assert f"({s.peak} bytes) at event" in stdout
+        assert f"recomputed: {len(s.recomputed)} values, cost {s.recompute_cost}" in stdout
+        assert "budget 2.50 GB (2500000000 bytes): fits" in stdout
+        events = [line.split("\t") for line in stdout.splitlines() if "\t" in line]
+        assert [e[1] for e in events] == [e.kind for e in s.events]
+
+    def test_errors_are_one_line(self, diamond):
+        _, path = diamond
+        for argv, words in ((("--budget", "12 parsecs"), "cannot read the size"),
+                            (("--budget", "1kB", "--heuristic", "random"), "unknown heuristic"),
+                            (("--budget", "10B"), "it needs")):
+            status, stdout, err = run("dtr", path, *argv)
+            assert status == 1 and stdout == "" and err.count("\n") == 1, err
+            assert err.startswith("lowerset dtr: error: ") and words in err
+
+
 class TestPareto:
     def test_front_table_and_files(self, vgg, tmp_path):
         js, png = tmp_path / "front.json", tmp_path / "front.png"
