@@ -1,10 +1,10 @@
 """Check once that a model trains the same under a strategy: one plain step and one step under
 :class:`RecomputeHook` from the same starting state, compared bitwise."""
 
-import dataclasses
-
 import chainer
 import numpy as np
+
+from lowerset.verifying import VerificationError, VerifyReport, compare
 
 from . import _backend
 from . import _effects
@@ -14,48 +14,6 @@ __all__ = ["verify", "VerifyReport", "VerificationError"]
 
 #: The seed of the CuPy generators both runs draw from (any fixed value: the runs must agree).
 _CUPY_SEED = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class VerifyReport:
-    """What :func:`verify` found.
-
-    Attributes
-    ----------
-    ok : bool
-        The loss, every gradient and every persistent value are bitwise equal, and the hook's
-        events equal the schedule's.
-    first_mismatch : str or None
-        The first value that differs, in the order ``"loss"``, ``"grad <parameter>"`` (parameter
-        order), ``"persistent <name>"``; None if none differs.
-    mismatches : tuple of str
-        Every value that differs, in that order.
-    max_abs_diff : float
-        The largest absolute difference over all compared values (0.0 when equal; ``inf`` where
-        a value is missing on one side or the shapes differ).
-    events_equal : bool
-        ``hook.events == list(hook.schedule.events)``.
-    recomputed : tuple
-        Labels of the nodes the hook recomputed (``hook.last_iteration["recomputed"]``).
-    compared : tuple of str
-        The names of every value compared, in that order.
-    """
-
-    ok: bool
-    first_mismatch: object
-    mismatches: tuple
-    max_abs_diff: float
-    events_equal: bool
-    recomputed: tuple
-    compared: tuple
-
-
-class VerificationError(AssertionError):
-    """A step under the hook differs from a plain step (raised with ``raise_on_mismatch``)."""
-
-    def __init__(self, report):
-        self.report = report
-        super().__init__(f"the step under RecomputeHook differs from a plain step: {report}")
 
 
 def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
@@ -91,7 +49,9 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
 
     Returns
     -------
-    VerifyReport
+    lowerset.verifying.VerifyReport
+        Values named ``"loss"``, ``"grad <parameter>"`` (parameter order), ``"persistent
+        <name>"``; ``recomputed`` is ``hook.last_iteration["recomputed"]``.
 
     Raises
     ------
@@ -271,10 +231,8 @@ def _run(step, hook):
 
 
 def _diff(a, b):
-    """(whether two values differ bitwise, their max absolute difference: inf if one is
-    missing or the shapes or dtypes differ)."""
-    if a is None or b is None:
-        return (a is not b), (0.0 if a is b else float("inf"))
+    """(whether two values that are not None differ bitwise, their max absolute difference:
+    inf if the shapes or dtypes differ)."""
     if not isinstance(a, _backend.array_types()):
         return (a != b), (0.0 if a == b else float("inf"))
     if type(a) is not type(b) or a.shape != b.shape or a.dtype != b.dtype:
@@ -290,12 +248,6 @@ def _to_numpy(a):
 
 
 def _compare(plain, hooked, hook):
-    names = list(plain) + [k for k in hooked if k not in plain]
-    diffs = {k: _diff(plain.get(k), hooked.get(k)) for k in names}
-    bad = tuple(k for k in names if diffs[k][0])
-    events_equal = hook.events == list(hook.schedule.events)
-    return VerifyReport(ok=not bad and events_equal, first_mismatch=bad[0] if bad else None,
-                        mismatches=bad, max_abs_diff=max(d for _, d in diffs.values()),
-                        events_equal=events_equal,
-                        recomputed=tuple(hook.last_iteration["recomputed"]),
-                        compared=tuple(names))
+    """The report of :func:`lowerset.verifying.compare` on the two runs' values."""
+    return compare(plain, hooked, _diff, events_equal=hook.events == list(hook.schedule.events),
+                   recomputed=hook.last_iteration["recomputed"])

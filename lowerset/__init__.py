@@ -20,6 +20,7 @@ from .optimality import *  # noqa: F401,F403
 from . import exceptions, execution, graph, lowersets, strategy, dp, io, scheduling, planner, baselines
 from . import replay
 from . import optimality
+from . import batching, verifying  # the shared parts of max_batch_size and verify
 
 __version__ = "0.1.0"
 

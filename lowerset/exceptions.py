@@ -16,6 +16,9 @@ __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
     "FrozenGraphError",
+    "BatchScalingError",
+    "NoBatchFitsError",
+    "VerificationError",
 ]
 
 
@@ -112,3 +115,46 @@ class FormatError(LowersetError, ValueError):
         self.lineno = lineno
         where = self.path if lineno is None else f"{self.path}, line {lineno}"
         super().__init__(f"{where}: {message}")
+
+
+class BatchScalingError(LowersetError, ValueError):
+    """Graphs traced at two batch sizes do not scale with the batch size: a different structure,
+    or sizes that are not affine in it (:func:`lowerset.batching.extrapolate`)."""
+
+
+class NoBatchFitsError(InfeasibleBudgetError):
+    """Not even the smallest batch fits the memory limit (:func:`lowerset.batching.search`).
+
+    Attributes
+    ----------
+    budget : int
+        The memory limit, bytes.
+    min_budget : int or None
+        The least whole-step peak at `batch_size` (bytes), predicted or measured.
+    batch_size : int
+    """
+
+    def __init__(self, message, budget, min_budget, batch_size):
+        InfeasibleBudgetError.__init__(self, budget, min_budget)
+        self.batch_size = batch_size
+        self.args = (message,)
+
+    def __str__(self):
+        return self.args[0]
+
+
+class VerificationError(LowersetError, AssertionError):
+    """A step under a plan differs from a plain step (a front end's ``verify`` with
+    ``raise_on_mismatch=True``).
+
+    Attributes
+    ----------
+    report : lowerset.verifying.VerifyReport
+    """
+
+    def __init__(self, report):
+        self.report = report
+        where = (f"first at {report.first_mismatch!r}" if report.first_mismatch is not None
+                 else "in the events it executed")
+        super().__init__(f"the step under the plan differs from a plain step, {where}: "
+                         f"{report}")
