@@ -150,6 +150,7 @@ class RecomputeContext:
         self._check.reset()
         self._held = {}         # (v, k) -> tensor: the values the schedule holds
         self._bytes = {}        # (v, k) -> bytes of the held value (as the schedule counts)
+        self._made = {}         # (v, k) -> bytes of the value the forward pass made
         self._value_of = WeakIdKeyDictionary()
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
@@ -237,7 +238,7 @@ class RecomputeContext:
             # an alias, not the tensor itself: PyTorch's factory functions hand the caller a
             # detached copy of a result something else holds (an extra aten.detach)
             self._held[v, k] = o.detach()
-            self._bytes[v, k] = b
+            self._bytes[v, k] = self._made[v, k] = b
             self._value_of[o] = (v, k)
         if not self._cursor.expect("forward", v):
             raise self._out_of_order("forward", v)
@@ -312,8 +313,8 @@ class RecomputeContext:
             self._run_own_events()
             if not self._cursor.expect("backward", v):
                 raise self._out_of_order("backward", v)
-            if self.record:
-                self._gy = sum(g.numel() * g.element_size() for g in grad_outputs
+            if self.record:  # the outputs' sizes, as measured in the forward pass
+                self._gy = sum(self._made[v, k] for k, g in enumerate(grad_outputs)
                                if g is not None)
                 self._note("backward", v, self._gy)
             return None

@@ -1,0 +1,241 @@
+"""torch_ext.RecomputeContext: every plan runs its schedule event by event, with gradients,
+losses and buffers bitwise equal to a plain step and the measured peak the schedule's."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import lowerset  # noqa: E402
+import torch_ext  # noqa: E402
+from torch_ext import HookUsageError, RecomputeContext, StrategyMismatchError  # noqa: E402
+from torch_ext import executor as executor_module  # noqa: E402
+from torch_ext import _replay  # noqa: E402
+
+from torch_nets import (NETS, first_difference, make, plan_recomputing, plans, save,  # noqa
+                        step)
+
+#: How far the measured peak may be from the schedule's (bytes): the profiler sees every CPU
+#: allocation the step makes, and the schedule counts them all, so the two agree to the byte on
+#: these nets; a few hundred bytes leave room for an allocator's rounding elsewhere.
+SLACK = 512
+
+_CACHE = {}
+
+
+def _net(name):
+    if name not in _CACHE:
+        model, fn, graph = make(name)
+        named = plans(graph)
+        if name == "dropout":
+            named["random"] = plan_recomputing(graph, lambda a: a.get("random"))
+        _CACHE[name] = (model, fn, graph, save(model), named)
+    return _CACHE[name]
+
+
+def check_plan(name, plan_name):
+    """Run net `name` plainly and under the plan; assert what the executor promises."""
+    model, fn, graph, state, named = _net(name)
+    plan = named[plan_name]
+    plain, plain_peak, _ = step(model, fn, state)
+    planned, peak, ctx = step(model, fn, state, plan)
+    assert first_difference(plain, planned) is None
+    assert ctx.events == list(plan.schedule.events)
+    predicted = plan.schedule.peak - graph.facts.resident
+    assert abs(peak - predicted) <= SLACK + 0.005 * peak, (peak, predicted)
+    assert ctx.last_step["recomputed"] == plan.schedule.recomputed
+    return plain_peak, peak
+
+
+@pytest.mark.parametrize("plan_name", ["liveness", "min_peak", "chen", "solve", "paper"])
+@pytest.mark.parametrize("name", NETS)
+def test_plans_run_bitwise_with_the_schedule(name, plan_name):
+    check_plan(name, plan_name)
+
+
+def test_dropout_draws_the_same_values_when_recomputed():
+    check_plan("dropout", "random")
+
+
+@pytest.mark.parametrize("name", NETS)
+def test_plain_step_is_predicted(name):
+    model, fn, graph, state, _ = _net(name)
+    _, peak, _ = step(model, fn, state)
+    predicted = lowerset.schedule(graph).peak - graph.facts.resident
+    assert abs(peak - predicted) <= SLACK + 0.005 * peak, (peak, predicted)
+
+
+def test_recomputation_lowers_the_measured_peak():
+    plain_peak, peak = check_plan("convbn", "min_peak")
+    _, _, graph, _, named = _net("convbn")
+    assert named["min_peak"].schedule.recomputed
+    assert peak < plain_peak - 20_000
+
+
+def _free_views_with_their_base(self, kind, v, ks):
+    """A wrong executor: freeing a value also frees the values that are views of it."""
+    original_free(self, kind, v, ks)
+    for (u, k) in list(self._held):
+        if any(self._check.facts[u].output_views[k] >= 0
+               and self._check.facts[u].args[self._check.facts[u].output_views[k]] == (v, j)
+               for j in ks):
+            self._held.pop((u, k), None)
+
+
+original_free = RecomputeContext._free
+
+
+def _no_replay(self):
+    return None
+
+
+@pytest.mark.parametrize("sabotage", ["never recompute", "random not restored",
+                                      "views freed early"])
+def test_the_checks_catch_a_wrong_executor(monkeypatch, sabotage):
+    if sabotage == "never recompute":
+        monkeypatch.setattr(RecomputeContext, "_recompute", lambda self, v, note=True: None)
+        name, plan = "convbn", "min_peak"
+    elif sabotage == "random not restored":
+        monkeypatch.setattr(_replay._ReplayedRandom, "__enter__", _no_replay)
+        monkeypatch.setattr(_replay._ReplayedRandom, "__exit__", lambda self, *e: False)
+        name, plan = "dropout", "random"
+    else:
+        monkeypatch.setattr(RecomputeContext, "_free", _free_views_with_their_base)
+        name, plan = "attention", "liveness"
+    with pytest.raises((AssertionError, HookUsageError)):
+        check_plan(name, plan)
+
+
+def test_forward_without_backward_in_the_block():
+    model, fn, graph, state, named = _net("convbn")
+    plain, _, _ = step(model, fn, state)
+    model.load_state_dict(state["model"])
+    torch.set_rng_state(state["rng"])
+    for p in model.parameters():
+        p.grad = None
+    with RecomputeContext(named["min_peak"]):
+        loss = fn()
+    loss.backward()   # outside: the dropped values were recomputed at exit
+    got = {f"grad {n}": p.grad for n, p in model.named_parameters()}
+    assert all(torch.equal(plain[k], got[k]) for k in got)
+
+
+def test_several_steps_in_one_block_and_one_context_reused():
+    model, fn, graph, state, named = _net("dropout")
+    plan = named["min_peak"]
+    model.load_state_dict(state["model"])
+    torch.set_rng_state(state["rng"])
+    ref = []
+    for _ in range(2):
+        for p in model.parameters():
+            p.grad = None
+        fn().backward()
+        ref.append([p.grad.clone() for p in model.parameters()])
+    model.load_state_dict(state["model"])
+    torch.set_rng_state(state["rng"])
+    ctx = RecomputeContext(plan, record=True)
+    got = []
+    with ctx:
+        for _ in range(2):
+            for p in model.parameters():
+                p.grad = None
+            fn().backward()
+            got.append([p.grad.clone() for p in model.parameters()])
+            assert ctx.events == list(plan.schedule.events)
+    assert all(torch.equal(a, b) for r, g in zip(ref, got) for a, b in zip(r, g))
+    with ctx:   # entered again for another step
+        fn().backward()
+    assert ctx.events == list(plan.schedule.events)
+
+
+class Branchy(nn.Module):
+    """A forward pass with a data-dependent branch."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(8, 8), nn.Linear(8, 2)
+        self.deep = False
+
+    def forward(self, x):
+        h = torch.relu(self.l1(x))
+        if self.deep:
+            h = torch.tanh(h) * 2
+        return self.l2(h)
+
+
+def test_a_different_forward_pass_names_the_first_differing_operation():
+    model = Branchy()
+    x, t = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    graph = torch_ext.trace(lambda: F.cross_entropy(model(x), t), model=model)
+    model.deep = True
+    with pytest.raises(StrategyMismatchError, match=r"operation \d+ of the forward pass is "
+                       r"aten\.tanh\.default.*traced step has aten\.") as e:
+        with RecomputeContext(lowerset.min_peak(graph)):
+            F.cross_entropy(model(x), t).backward()
+    assert e.value.position is not None
+
+
+def test_another_dtype_or_device_is_refused():
+    model = Branchy()
+    x, t = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    graph = torch_ext.trace(lambda: F.cross_entropy(model(x), t), model=model)
+    model.double()
+    xd = x.double()
+    with pytest.raises(StrategyMismatchError, match="float64"):
+        with RecomputeContext(lowerset.min_peak(graph)):
+            F.cross_entropy(model(xd), t).backward()
+    model.float().to("meta")
+    xm = x.to("meta")
+    with pytest.raises(StrategyMismatchError, match="meta"):
+        with RecomputeContext(lowerset.min_peak(graph)):
+            model(xm)
+
+
+def test_a_second_backward_pass_is_refused():
+    model, fn, graph, state, named = _net("convbn")
+    model.load_state_dict(state["model"])
+    with pytest.raises(HookUsageError, match="second backward"):
+        with RecomputeContext(named["liveness"]):
+            loss = fn()
+            loss.backward(retain_graph=True)
+            loss.backward()
+
+
+def test_a_compiled_module_and_nesting_are_refused():
+    model = Branchy()
+    compiled = torch.compile(model)
+    x, t = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    with pytest.raises(torch_ext.TraceError, match="torch.compile"):
+        torch_ext.trace(lambda: F.cross_entropy(compiled(x), t))
+    graph = torch_ext.trace(lambda: F.cross_entropy(model(x), t), model=model)
+    plan = lowerset.min_peak(graph)
+    with pytest.raises(HookUsageError, match="torch.compile"):
+        RecomputeContext(plan, model=compiled)
+    with pytest.raises(HookUsageError, match="nested"):
+        with RecomputeContext(plan):
+            with RecomputeContext(plan):
+                pass
+
+
+def test_a_graph_not_traced_by_torch_ext_is_refused():
+    g = lowerset.Graph.chain(3)
+    with pytest.raises(StrategyMismatchError, match="not recorded by torch_ext.trace"):
+        RecomputeContext(lowerset.CanonicalStrategy(g, [set(g.labels)]))
+    with pytest.raises(TypeError, match="CanonicalStrategy"):
+        RecomputeContext("plan")
+
+
+def test_no_context_is_left_active_after_an_error():
+    model = Branchy()
+    x, t = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    graph = torch_ext.trace(lambda: F.cross_entropy(model(x), t), model=model)
+    ctx = RecomputeContext(lowerset.min_peak(graph))
+    with pytest.raises(RuntimeError, match="boom"):
+        with ctx:
+            model(x)
+            raise RuntimeError("boom")
+    assert getattr(executor_module._ACTIVE, "context", None) is None
+    with ctx:
+        F.cross_entropy(model(x), t).backward()
