@@ -42,11 +42,8 @@ import numpy as np
 
 from ..refine import strategy_of_labels
 from ..scheduling import _drop_rule, dropped_of_labels, flat_facts
-from ._milp import Milp
+from ._milp import Milp, floor_bound, proven
 from ._timeline import Timeline
-
-TOL = 1e-6
-
 
 class CanonicalModel:
     """The MILP of the module docstring for graph `g`."""
@@ -258,8 +255,8 @@ def _least_peak(model, left):
         peak, cost = s.schedule.peak, s.schedule.recompute_cost
         if best is None or (peak, cost) < best[1:]:
             best = (s, peak, cost)
-        bound = math.ceil(sol.bound - TOL * max(1.0, abs(sol.bound)))
-        if best[1] <= bound:
+        bound = floor_bound(sol.bound)
+        if proven(best[1], sol.bound):
             status = "optimal" if sol.status == "optimal" else "time_limit"
             return dict(strategy=best[0], peak=best[1], cost=best[2], bound=best[1],
                         status=status, cuts=cuts)
@@ -288,7 +285,7 @@ def _least_cost(model, budget, left):
                         status="time_limit", cuts=cuts)
         s, dropped = model.strategy(sol.values)
         peak, cost = s.schedule.peak, s.schedule.recompute_cost
-        bound = max(bound, math.ceil(sol.bound - TOL * max(1.0, abs(sol.bound))))
+        bound = max(bound, floor_bound(sol.bound))
         if peak <= budget and (best is None or cost < best[2]):
             best = (s, peak, cost)
         if best is not None and best[2] <= bound:

@@ -35,11 +35,8 @@ import time
 import numpy as np
 
 from ..scheduling import flat_facts
-from ._milp import Milp
+from ._milp import Milp, floor_bound
 from ._timeline import Timeline
-
-TOL = 1e-6
-
 
 def _last_reads(g):
     """Per node, the last backward step at which its outputs or state may be read (-1: none)."""
@@ -113,7 +110,7 @@ def solve_general(g, budget, time_limit, once=False):
     if sol.status == "infeasible":
         out.update(peak=None, cost=None, bound=math.inf, status="infeasible")
         return _done(out, t0)
-    bound = math.ceil(sol.bound - TOL * max(1.0, abs(sol.bound)))
+    bound = floor_bound(sol.bound)
     if sol.values is None:
         out.update(peak=None, cost=None, bound=bound, status="time_limit")
         return _done(out, t0)
@@ -124,7 +121,7 @@ def solve_general(g, budget, time_limit, once=False):
         value = round(sol.objective)
         m.row(list(first.items()), ub=value + 0.5)
         m.set_objective(second)
-        sol2 = m.solve(time_limit=left(), start=dict(enumerate(best)))
+        sol2 = m.solve(time_limit=left())
         if sol2.values is not None:
             best = sol2.values
         if sol2.status != "optimal":
