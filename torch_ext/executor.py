@@ -37,6 +37,9 @@ __all__ = ["RecomputeContext"]
 
 _ACTIVE = threading.local()
 
+#: The key under which a hooked autograd node's ``metadata`` names its graph node.
+_KEY = "lowerset.executor"
+
 
 class _Handle:
     """What autograd keeps instead of a saved value: the value's node and output index."""
@@ -154,9 +157,7 @@ class RecomputeContext:
         self._value_of = WeakIdKeyDictionary()
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
-        self._nodes = []        # the hooked autograd nodes (kept alive for their ids)
-        self._hooked = set()   # ids of the hooked autograd nodes
-        self._hooked_nodes = set()
+        self._hooked_nodes = set()  # graph nodes whose autograd node has the hooks
         self._gy = 0
         self._log = {"dropped": [], "recomputed": [], "freed": []}
         self._rec = []
@@ -256,10 +257,9 @@ class RecomputeContext:
             for r in refs:
                 t = r()
                 fn = None if t is None else t.grad_fn
-                if fn is not None and id(fn) not in self._hooked:
-                    self._hooked.add(id(fn))
+                if fn is not None and _KEY not in fn.metadata:
+                    fn.metadata[_KEY] = v   # on the node itself: no reference to it here
                     self._hooked_nodes.add(v)
-                    self._nodes.append(fn)
                     fn.register_prehook(self._prehook(v))
                     fn.register_hook(self._posthook(v))
                     break

@@ -46,6 +46,9 @@ __all__ = ["trace", "TracedGraph", "COST_MODELS"]
 #: operation it has none for counts one per output element) or "profile" (forward time).
 COST_MODELS = ("flops", "profile")
 
+#: The key under which an autograd node's ``metadata`` names the traced operation that made it.
+_KEY = "lowerset.trace"
+
 #: Total cost (cost units) the "flops" model aims at: FLOPs per unit is the power of ten that
 #: makes the whole forward pass cost at most this many units (the DP's tables are indexed by
 #: overhead).
@@ -128,8 +131,6 @@ class _Recorder(TorchDispatchMode):
         self.params = []                         # the parameters read (strong: resident)
         self.value_of = WeakIdKeyDictionary()   # tensor -> ("n", v, k) or ("e", e)
         self.pending = []                        # (op index, weakrefs of outputs)
-        self.node_of = {}                        # id(autograd Node) -> op index
-        self.held_nodes = []                     # keeps the mapped Nodes (and their ids) alive
         self.finalizers = []
         self.phase, self.in_hook = "forward", False
         self.backward_order, self.unknown_reads, self.window = [], [], None
@@ -260,10 +261,9 @@ class _Recorder(TorchDispatchMode):
                 fn = None if t is None else t.grad_fn
                 if fn is None:
                     continue
-                owner = self.node_of.get(id(fn))
+                owner = fn.metadata.get(_KEY)   # kept on the node: no reference to it here
                 if owner is None:
-                    self.node_of[id(fn)] = i
-                    self.held_nodes.append(fn)
+                    fn.metadata[_KEY] = i
                 elif owner != i and self.ops[i].pin is None:
                     self.ops[i].pin = "shares its autograd node with an earlier operation"
         self.pending = []
@@ -300,7 +300,7 @@ class _Recorder(TorchDispatchMode):
         ref, t = packed
         if ref is not None and self.phase == "backward":
             node = torch._C._current_autograd_node()
-            i = self.node_of.get(id(node)) if node is not None else None
+            i = node.metadata.get(_KEY) if node is not None else None
             if i is None:
                 self.unknown_reads.append((ref, type(node).__name__ if node else None))
             else:
@@ -318,7 +318,7 @@ class _Recorder(TorchDispatchMode):
             if fn is None or id(fn) in seen:
                 continue
             seen.add(id(fn))
-            i = self.node_of.get(id(fn))
+            i = fn.metadata.get(_KEY)
             if i is not None:
                 fn.register_prehook(self._prehook(i))
                 fn.register_hook(self._posthook(i, fn))
