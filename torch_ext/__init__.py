@@ -13,6 +13,12 @@ except ImportError as e:  # pragma: no cover - exercised in the planner-only env
 from .exceptions import TorchExtError, TraceError, StrategyMismatchError, HookUsageError
 from .trace import trace, TracedGraph, COST_MODELS
 from .executor import RecomputeContext
+from .verify import verify, VerifyReport, VerificationError
+from .memory import peak_memory, MemoryReport
+from .batch import (max_batch_size, extrapolate, BatchSizeResult, BatchTrial, BatchScalingError,
+                    NoBatchFitsError)
 
 __all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError", "TraceError",
-           "StrategyMismatchError", "HookUsageError"]
+           "StrategyMismatchError", "HookUsageError", "verify", "VerifyReport", "VerificationError",
+           "peak_memory", "MemoryReport", "max_batch_size", "extrapolate", "BatchSizeResult",
+           "BatchTrial", "BatchScalingError", "NoBatchFitsError"]
