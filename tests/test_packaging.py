@@ -92,3 +92,17 @@ def test_chainer_without_pkg_resources_names_setuptools():
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("ModuleNotFoundError: Chainer 7.8.1 imports pkg_resources"), r.stderr
     assert "setuptools<74" in last, last
+
+
+def test_torch_extra_and_planner_without_torch():
+    assert _requirements()["torch"]["torch"] == "==2.13.0"
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import lowerset as ls\n"
+            "ls.min_peak(ls.Graph.chain(4))\n"
+            "try:\n"
+            "    import torch_ext\n"
+            "except ImportError as e:\n"
+            "    print(e)\n")
+    r = _python(code)
+    assert r.returncode == 0, r.stderr
+    assert "torch_ext needs PyTorch: pip install 'lowerset[torch]'" in r.stdout
