@@ -30,6 +30,7 @@ put back).
 """
 
 import contextlib
+import functools
 import gc
 import types
 
@@ -46,7 +47,7 @@ from .memory import peak_memory
 from .trace import TARGET_TOTAL_COST, TracedGraph, trace
 
 __all__ = ["max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial",
-           "BatchScalingError", "NoBatchFitsError"]
+           "BatchScalingError", "NoBatchFitsError", "PLANNERS"]
 
 
 class BatchScalingError(TorchExtError, lowerset.BatchScalingError):
@@ -275,10 +276,13 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         For "lowerset" (:func:`lowerset.solve`).
     params : torch.nn.Module or iterable of tensors, optional
         Whose gradients are set to None before each real step; default `model`'s parameters,
-        else the leaf tensors the first traced loss accumulates gradients into.
+        else the leaf tensors that the loss of one more forward pass at the smallest traced
+        batch accumulates gradients into.
     model : torch.nn.Module, optional
-        The model the step runs: checked not to be ``torch.compile``d (by the trace), and its
-        buffers are put back after the real steps.
+        The model the step runs: where the trace finds its device (otherwise in `loss_fn`'s
+        closure: pass `model` when `loss_fn` reaches the model through another function),
+        checked not to be ``torch.compile``d, and its buffers put back after the real
+        steps.
     trace_batches : sequence of int
         Batch sizes to trace, at least two; with three or more, the others check the
         extrapolation from the two smallest (:class:`BatchScalingError` if the plain step's
@@ -332,32 +336,24 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     (96, True)
     """
     limit, batches = batching.check_arguments(memory_limit, planner, trace_batches)
-    found = []
-
-    def traced_call(b):
-        def fn():
-            loss = loss_fn(b)
-            if not found and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                found.extend(_parameters_of(loss))
-            return loss
-        return fn
-
+    # a partial: the trace looks for the model and its device in loss_fn's own closure
     traced = batching.traced_graphs(
-        lambda b: trace(traced_call(b), model=model, **trace_kwargs), batches, traced, _FRONT)
-    params = _params(params, model, found, loss_fn, traced)
+        lambda b: trace(functools.partial(loss_fn, b), model=model, **trace_kwargs), batches,
+        traced, _FRONT)
+    params = _params(params, model, loss_fn, traced)
     device = next(iter(traced.values())).device
     cap = _CudaCap(device) if torch.device(device).type == "cuda" else _CpuCap()
     return _search(loss_fn, limit, planner, method, params, traced, max_batch, max_steps, cap,
                    model)
 
 
-def _params(params, model, found, loss_fn, traced):
+def _params(params, model, loss_fn, traced):
+    """The tensors whose gradients the real steps clear: `params`, `model`'s, or those one
+    forward pass at the smallest traced batch reads."""
     if params is None and model is not None:
         params = model
     if params is None:
-        if not found:  # every graph came from `traced`: one forward pass finds them
-            found.extend(_parameters_of(loss_fn(min(traced))))
-        return found
+        return _parameters_of(loss_fn(min(traced)))
     if isinstance(params, torch.nn.Module):
         return list(params.parameters())
     return list(params)

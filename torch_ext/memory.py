@@ -97,9 +97,10 @@ def peak_memory(fn, *, params=None, device=None):
     -----
     Both figures are relative to the bytes allocated when `fn` starts: gradients that `fn`
     sets to None (``optimizer.zero_grad()``) lower that level when they are freed, so clear
-    them before the call to measure the step alone. The measure is of tensors: memory a library allocates outside PyTorch's allocator (oneDNN
-    or MKL scratch on the CPU, cuDNN's own workspace calls) is not seen. On the CPU the profiler
-    slows the call down: do not time a step while measuring it.
+    them before the call to measure the step alone. The measure is of tensors: memory a
+    library allocates outside PyTorch's allocator (oneDNN or MKL scratch on the CPU, cuDNN's
+    own workspace calls) is not seen. On the CPU the profiler slows the call down: do not time
+    a step while measuring it.
 
     Examples
     --------

@@ -41,7 +41,9 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
         place among those made before the step; without `model` and `params`, the parameters
         are the leaf tensors requiring a gradient that the step's operations read. Both are
         named ``<operation>#<position>[<argument>]`` after the first operation (in dispatch
-        order) that reads them, for instance ``aten.convolution.default#0[1]``.
+        order) that reads them, for instance ``aten.convolution.default#0[1]``; to find the
+        buffers, the plain run copies each tensor made before the step that it reads without
+        a gradient (the batch too).
     raise_on_mismatch : bool
         Raise :class:`VerificationError` (an ``AssertionError``) instead of returning a report
         that is not ok.
