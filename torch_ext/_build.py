@@ -16,6 +16,7 @@ def build(rec, loss, windows, cost_model, time_unit, device):
 
     nodes = [op for op in rec.ops if op.node is not None]
     n = len(nodes)
+    _pin_readers_of_overwritten(nodes)
     kept = _kept_for_unknown_reads(rec, nodes)
     returned = sorted(_returned(nodes) | kept)
     loss_ref = rec.value_of[loss]
@@ -62,6 +63,36 @@ def _absorbed_before(ops):
     if run:
         out[None] = run
     return out
+
+
+def _pin_readers_of_overwritten(nodes):
+    """Pin the nodes that read memory an in-place operation overwrites later (a recomputation
+    would read the new values): every node before the write that reads a value sharing the
+    written buffer, except those tied to the writer (an in-place operation and the producer of
+    what it overwrites, dropped and recomputed together, replay the writes in order)."""
+    buffer, readers = {}, {}
+    tie = list(range(len(nodes)))
+
+    def find(v):
+        while tie[v] != v:
+            tie[v] = tie[tie[v]]
+            v = tie[v]
+        return v
+
+    for op in nodes:
+        v = op.node
+        bufs = [buffer.get(a) if a[0] >= 0 else None for a in op.args]
+        for p in op.writes:
+            if p < len(op.args) and op.args[p][0] >= 0 and p in op.views:
+                tie[find(v)] = find(op.args[p][0])
+                for u in readers.get(bufs[p], ()):
+                    if u != v and find(u) != find(v) and nodes[u].pin is None:
+                        nodes[u].pin = (f"reads memory that operation {v} ({op.name}) "
+                                        "overwrites in place later")
+        for b in {b for b in bufs if b is not None}:
+            readers.setdefault(b, []).append(v)
+        for k, p in enumerate(op.views):
+            buffer[(v, k)] = bufs[p] if p >= 0 else (v, k)
 
 
 def _kept_for_unknown_reads(rec, nodes):

@@ -179,7 +179,7 @@ class Call:
                           if inputs[i][0] != "node"}
         at = set(self.positions)
         self.leaves = [None if i in at else x for i, x in enumerate(leaves)]
-        self.rng = _rng_state(self.tensors) if self.attrs.get("random") else None
+        self.rng = _Draws(func, self.tensors) if self.attrs.get("random") else None
         self.tensors = None
         return self
 
@@ -202,43 +202,53 @@ class Call:
             leaves[p] = t
             tensors.append(t)
         args, kwargs = _ops.unflatten_call(leaves, self.spec)
-        with torch.no_grad(), _ReplayedRandom(self.rng):
+        with torch.no_grad(), _ReplayedRandom(self.rng, kwargs):
             out = self.func(*args, **kwargs)
         self.rerun_tensors = tensors
         return _ops.output_tensors(out)
 
 
-def _rng_state(tensors):
-    """The default generator's state on the call's device, as bytes (kept outside PyTorch's
-    allocator, so that it does not count in the step's memory)."""
-    device = tensors[0].device if tensors else torch.device("cpu")
+class _Draws:
+    """The state of the generator a random call draws from, taken before it runs in the forward
+    pass: a clone of the default generator of its device (no memory of PyTorch's allocator)."""
+
+    def __init__(self, func, tensors):
+        self.device = tensors[0].device if tensors else torch.device("cpu")
+        self.generator = _default_generator(self.device).clone_state()
+        schema = getattr(func, "_schema", None)
+        self.takes_generator = schema is not None and any(
+            a.name == "generator" for a in schema.arguments)
+
+
+def _default_generator(device):
     if device.type == "cuda":
-        return (device, bytes(torch.cuda.get_rng_state(device).numpy()))
-    return (device, bytes(torch.get_rng_state().numpy()))
+        return torch.cuda.default_generators[device.index or 0]
+    return torch.default_generator
 
 
 class _ReplayedRandom:
-    """Set a generator state for the duration, and the one before it back afterwards."""
+    """Make a recomputation draw what the forward pass drew: an operation that takes a
+    ``generator`` argument gets a clone of the captured state (the default generator is not
+    touched); any other has the default generator set to the captured state for the duration
+    and put back afterwards (two transient copies of the state, 5 KB on the CPU)."""
 
-    def __init__(self, state):
-        self.state = state
+    def __init__(self, draws, kwargs):
+        self.draws, self.kwargs = draws, kwargs
 
     def __enter__(self):
-        if self.state is None:
+        d = self.draws
+        if d is None:
             return
-        device, raw = self.state
-        self._get, self._set = _rng_functions(device)
-        self._before = self._get()
-        self._set(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+        if d.takes_generator and self.kwargs.get("generator") is None:
+            self.kwargs["generator"] = d.generator.clone_state()
+            self._swap = None
+            return
+        gen = _default_generator(d.device)
+        self._swap = (gen, gen.clone_state())
+        gen.set_state(d.generator.get_state())
 
     def __exit__(self, *exc):
-        if self.state is not None:
-            self._set(self._before)
+        if self.draws is not None and self._swap is not None:
+            gen, before = self._swap
+            gen.set_state(before.get_state())
         return False
-
-
-def _rng_functions(device):
-    if device.type == "cuda":
-        return (lambda: torch.cuda.get_rng_state(device),
-                lambda s: torch.cuda.set_rng_state(s, device))
-    return torch.get_rng_state, torch.set_rng_state

@@ -140,6 +140,7 @@ class RecomputeContext:
         self.schedule = lowerset.schedule(strategy)
         self._check = ForwardCheck(strategy.graph)
         self._may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
+        self._backward_nodes = set(strategy.graph.facts.backward_order)
         self.events = []
         self.last_step = {"dropped": [], "recomputed": [], "freed": []}
         self._owner = None
@@ -254,6 +255,8 @@ class RecomputeContext:
     def _hook_pending(self):
         """Hook the autograd nodes of the operations whose outputs have them by now."""
         for v, refs in self._pending:
+            if v not in self._backward_nodes:
+                continue
             for r in refs:
                 t = r()
                 fn = None if t is None else t.grad_fn

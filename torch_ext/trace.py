@@ -160,7 +160,13 @@ class _Recorder(TorchDispatchMode):
         self._note_external_writes(op, i, tensors)
         if op.node is not None:
             op.flops = _flops(func, args, kwargs, out, outs, op.views)
-            self.pending.append((i, [weakref.ref(t) for t in outs]))
+            if _writes_into_a_view(op, tensors):
+                # autograd rewrites the base's history (CopySlices): the backward of this call
+                # is not an autograd node of its own; its saved tensors are kept for the step
+                op.pin = ("writes in place into a view of another tensor, whose autograd "
+                          "history PyTorch rewrites (CopySlices)")
+            else:
+                self.pending.append((i, [weakref.ref(t) for t in outs]))
         return out
 
     def _run(self, op, func, args, kwargs, i):
@@ -340,6 +346,13 @@ class _Recorder(TorchDispatchMode):
         if self.window is not None:
             self.meter.close_window(self.window)
             self.window = None
+
+
+def _writes_into_a_view(op, tensors):
+    """Whether the call writes in place into a tensor that is an autograd view of another
+    (``x[:, :4] *= 2``) while gradients flow."""
+    return any(p < len(tensors) and tensors[p]._is_view() and tensors[p].requires_grad
+               for p in op.writes)
 
 
 def _edge_key(t):
