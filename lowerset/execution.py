@@ -150,6 +150,10 @@ class ExecutionFacts:
         its resident bytes in `externals`: an external that is a view of another (a transposed
         weight) shares that one's memory, so it is resident with 0 bytes. Empty when every
         external owns its memory.
+    external_bases : tuple of int
+        Per external array, the external it is a view of, whose gradient its own gradient is
+        summed into (PyTorch's ``aten.t`` of a weight used in three places: three gradients,
+        one ``weight.grad``), or -1; empty when none is a view.
     grad_sum : str
         How a second gradient for one array is summed (one of :data:`GRAD_SUMS`): ``"new"``
         into a new array (Chainer, ``lazy_grad_sum=False``); ``"inplace"`` into the pending
@@ -174,6 +178,7 @@ class ExecutionFacts:
     seeds: tuple = ()
     grad_sum: str = "new"
     external_sizes: tuple = ()
+    external_bases: tuple = ()
 
     @property
     def resident(self):
@@ -224,6 +229,19 @@ class ExecutionFacts:
         if sizes and (len(sizes) != len(self.externals) or not all(_nonneg(b) for b in sizes)):
             raise GraphError(f"external_sizes must be empty or have {len(self.externals)} "
                              f"entries of bytes >= 0, got {sizes!r}")
+        bases = self.external_bases
+        if bases and (len(bases) != len(self.externals)
+                      or any(not -1 <= int(b) < e for e, b in enumerate(bases))):
+            raise GraphError(f"external_bases must be empty or have {len(self.externals)} "
+                             f"entries, each -1 or the index of an earlier external, got "
+                             f"{bases!r}")
+
+    def external_target(self, e):
+        """The external array whose gradient external `e`'s gradient is summed into (itself,
+        or the root of its `external_bases` chain)."""
+        while self.external_bases and self.external_bases[e] >= 0:
+            e = self.external_bases[e]   # an earlier external: the chain ends
+        return e
 
     def external_size(self, e):
         """Bytes of external array `e` (its gradient's size; see `external_sizes`)."""
@@ -246,7 +264,7 @@ class ExecutionFacts:
                 tuple(labels[v] for v in self.backward_order), self.externals,
                 tuple((labels[v], k) for v, k in self.returned),
                 tuple((labels[v], k) for v, k in self.seeds), self.grad_sum,
-                self.external_sizes)
+                self.external_sizes, self.external_bases)
 
     def to_dict(self):
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -257,7 +275,8 @@ class ExecutionFacts:
                 "returned": [list(o) for o in self.returned],
                 "seeds": [list(o) for o in self.seeds],
                 "grad_sum": self.grad_sum,
-                "external_sizes": list(self.external_sizes)}
+                "external_sizes": list(self.external_sizes),
+                "external_bases": list(self.external_bases)}
 
     @classmethod
     def from_dict(cls, d):
@@ -269,7 +288,8 @@ class ExecutionFacts:
                    returned=tuple(tuple(o) for o in d["returned"]),
                    seeds=tuple(tuple(o) for o in d["seeds"]),
                    grad_sum=d.get("grad_sum", "new"),
-                   external_sizes=tuple(d.get("external_sizes", ())))
+                   external_sizes=tuple(d.get("external_sizes", ())),
+                   external_bases=tuple(d.get("external_bases", ())))
 
 
 def default_facts(graph):

@@ -369,7 +369,8 @@ def _flatten(g):
                 arg_node.append(s), arg_out.append(o), arg_target.append(o)
                 arg_size.append(F.nodes[s].outputs[k])
             else:
-                arg_node.append(-1), arg_out.append(-1), arg_target.append(n_out + ~s)
+                arg_node.append(-1), arg_out.append(-1)
+                arg_target.append(n_out + F.external_target(~s))
                 arg_size.append(F.external_size(~s))
     arg_grad = np.array([bool(x) for nf in F.nodes for x in nf.grad_args], dtype=bool)
     ran = np.zeros(n, dtype=bool)

@@ -4,11 +4,11 @@
 to three outputs, arguments that name a given output of a predecessor (several arguments may
 name the same one), parameters and inputs, backward passes that read any subset of their
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
-views, external arrays that are views of others, edges that carry no array, in-place writes,
-arrays the step's code holds past their last use, saved state (stochastic or not), pinned
-nodes, workspace peaks, plain-run frees in either pass, a random subset of nodes whose backward
-runs (in a random order with consumers first), several returned outputs, either way of summing
-gradients.
+views, external arrays that are views of others (their gradients summed into the base's),
+edges that carry no array, in-place writes, arrays the step's code holds past their last use,
+saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees in either pass,
+a random subset of nodes whose backward runs (in a random order with consumers first), several
+returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
 """
 
@@ -81,7 +81,10 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
                               backward_order=bwd, externals=externals, returned=returned,
                               seeds=seeds, grad_sum=draw(st.sampled_from(ls.GRAD_SUMS)),
                               external_sizes=draw(st.one_of(st.just(()), st.tuples(
-                                  *[st.integers(0, max_bytes) for _ in externals]))))
+                                  *[st.integers(0, max_bytes) for _ in externals]))),
+                              external_bases=draw(st.one_of(st.just(()), st.tuples(
+                                  *[st.sampled_from([-1] + list(range(e)))
+                                    for e in range(n_ext)]))))
     cost = {v: draw(st.integers(1, 5)) for v in range(n)}
     memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
     return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)

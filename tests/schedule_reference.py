@@ -349,7 +349,7 @@ def _backward_grads(F, v, nf, mem, pending, gy):
     for p, ((s, k), gives) in enumerate(zip(nf.args, nf.grad_args)):
         if not gives:
             continue
-        target = ("n", s, k) if s >= 0 else ("e", ~s)
+        target = ("n", s, k) if s >= 0 else ("e", F.external_target(~s))
         size = F.nodes[s].outputs[k] if s >= 0 else F.external_size(~s)
         view = nf.grad_views[p]
         b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(size)

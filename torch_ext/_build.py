@@ -36,7 +36,8 @@ def build(rec, loss, windows, cost_model, time_unit, device):
         nodes=tuple(facts_nodes), forward_order=tuple(range(n)),
         backward_order=tuple(rec.backward_order), externals=tuple(rec.externals),
         returned=tuple(returned), seeds=seeds, grad_sum="inplace",
-        external_sizes=tuple(rec.external_sizes))
+        external_sizes=tuple(rec.external_sizes),
+        external_bases=tuple(rec.external_bases))
     cost, flop_unit, unit = _costs(nodes, cost_model, time_unit, TARGET_TOTAL_COST)
     edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0}
                    | {(u, v) for v, nf in enumerate(facts_nodes) for u in nf.after})

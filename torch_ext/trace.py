@@ -126,7 +126,8 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.meter, self.repeats = meter, repeats
         self.ops, self.n_nodes = [], 0
-        self.externals, self.ext_storages, self.ext_readers = [], set(), {}
+        self.externals, self.ext_storages, self.ext_readers = [], {}, {}
+        self.external_bases = []                 # the external each one is a view of, or -1
         self.external_sizes = []                 # bytes of each (its gradient's size)
         self.params = []                         # the parameters read (strong: resident)
         self.value_of = WeakIdKeyDictionary()   # tensor -> ("n", v, k) or ("e", e)
@@ -196,11 +197,14 @@ class _Recorder(TorchDispatchMode):
 
     def _new_external(self, t, is_param):
         key = _ops.storage_key(t)
-        b = 0 if key is None or key in self.ext_storages else _ops.output_bytes([t], [])[0][0]
-        self.ext_storages.add(key)
+        base = self.ext_storages.get(key, -1) if key is not None else -1
+        b = 0 if base >= 0 else _ops.output_bytes([t], [])[0][0]
         e = len(self.externals)
+        if key is not None and base < 0:
+            self.ext_storages[key] = e
         self.externals.append(("param" if is_param else "input", b))
         self.external_sizes.append(t.numel() * t.element_size())
+        self.external_bases.append(base)
         self.value_of[t] = ("e", e)
         return e
 

@@ -291,7 +291,4 @@ def test_memory_overwritten_in_place_is_never_read_again_by_a_recomputation(modu
         planned, peak, ctx = step(model, fn, state, plan)
         assert first_difference(plain, planned) is None
         assert ctx.events == list(plan.schedule.events)
-        # the GRU's gradient sums over its three uses of the weights are predicted up to 7%
-        # high (608 of 8,536 bytes): never low
-        predicted = plan.schedule.peak - graph.facts.resident
-        assert predicted - 0.1 * predicted <= peak <= predicted + SLACK
+        assert abs(peak - (plan.schedule.peak - graph.facts.resident)) <= SLACK
