@@ -6,7 +6,8 @@ which ``import chainer`` needs on NumPy 2. Where Chainer is not installed (the p
 environment of ``scripts/test_planner.sh``), ``chainer_ext/``, ``examples/`` and
 ``tests/chainer_ext/`` are not collected (pytest collects a path given on its command line or in
 ``testpaths`` all the same, so that script names ``tests lowerset``), and the other tests that
-need Chainer skip themselves. Without matplotlib (the ``plot`` extra) the doctests of
+need Chainer skip themselves. Without PyTorch (every environment but ``.venv-torch``),
+``tests/torch_ext/`` and the PyTorch examples are not collected. Without matplotlib (the ``plot`` extra) the doctests of
 ``lowerset/plot.py`` are not collected.
 """
 
@@ -23,6 +24,9 @@ if HAVE_CHAINER:
     collect_ignore = []
 else:
     collect_ignore = ["chainer_ext", "examples", "tests/chainer_ext"]
+if importlib.util.find_spec("torch") is None:
+    # the PyTorch front end's tests and examples run in .venv-torch (scripts/test.sh)
+    collect_ignore += ["tests/torch_ext", "examples/torch_models.py", "examples/bench_torch.py"]
 if importlib.util.find_spec("matplotlib") is None:
     collect_ignore.append("lowerset/plot.py")  # its doctests draw (the plot extra)
 

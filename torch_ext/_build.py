@@ -7,7 +7,7 @@ import lowerset
 
 from .exceptions import TraceError
 
-__all__ = ["build"]
+__all__ = ["build", "flop_costs"]
 
 
 def build(rec, loss, windows, cost_model, time_unit, device):
@@ -184,6 +184,26 @@ def _costs(nodes, cost_model, time_unit, target):
     """Integer costs T_v >= 1 and the unit: FLOPs per unit (a power of ten) or seconds."""
     if cost_model == "profile":
         return ({op.node: max(1, round(op.time / time_unit)) for op in nodes}, None, time_unit)
-    total = sum(op.flops for op in nodes)
+    cost, unit = flop_costs({op.node: op.flops for op in nodes}, target)
+    return cost, unit, None
+
+
+def flop_costs(flops, target):
+    """Integer costs T_v >= 1 from FLOPs, in units of a power of ten of FLOPs chosen so that
+    all of them together cost at most about `target` units.
+
+    Parameters
+    ----------
+    flops : dict of node label to int
+        FLOPs per node.
+    target : int
+        The total cost aimed at (``torch_ext.trace.TARGET_TOTAL_COST``).
+
+    Returns
+    -------
+    (dict of node label to int, int)
+        The costs (cost units) and the FLOPs per unit.
+    """
+    total = sum(flops.values())
     unit = 10 ** max(0, math.ceil(math.log10(total / target))) if total > target else 1
-    return ({op.node: max(1, round(op.flops / unit)) for op in nodes}, unit, None)
+    return {v: max(1, round(f / unit)) for v, f in flops.items()}, unit

@@ -32,7 +32,6 @@ put back).
 import contextlib
 import functools
 import gc
-import types
 
 import torch
 
@@ -99,9 +98,8 @@ class _Torch(batching.FrontEnd):
     def build(self, like, *, labels, edges, cost, memory, attrs, facts):
         flop_unit = like.flop_unit
         if like.cost_model == "flops":
-            ops = [types.SimpleNamespace(node=v, flops=attrs[v]["flops"], time=0.0)
-                   for v in labels]
-            cost, flop_unit, _ = _build._costs(ops, "flops", None, TARGET_TOTAL_COST)
+            cost, flop_unit = _build.flop_costs({v: attrs[v]["flops"] for v in labels},
+                                                TARGET_TOTAL_COST)
         return TracedGraph(labels, edges, cost, memory, attrs, facts=facts,
                            cost_model=like.cost_model, flop_unit=flop_unit,
                            time_unit=like.time_unit, device=like.device)
