@@ -10,6 +10,10 @@ and whether it draws random numbers.
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+#: Bytes a CUDA caching-allocator block is rounded up to (``torch.cuda.memory_allocated``
+#: counts blocks).
+CUDA_BLOCK = 512
+
 __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
            "drew_random", "schema_writes", "describe", "signature"]
@@ -64,7 +68,9 @@ def output_bytes(outs, tensors):
     """Per output of a call: ``(bytes, view)``, with `view` the argument position it is a view
     of (-1: it owns its memory).
 
-    An owner counts its storage's bytes; a second output sharing an owner's storage counts 0;
+    An owner counts its storage's bytes (on CUDA rounded up to the caching allocator's
+    512-byte blocks, as ``torch.cuda.memory_allocated`` counts them); a second output sharing
+    an owner's storage counts 0;
     a view counts its elements' bytes (``lowerset.Event.bytes`` reports views at their size).
     """
     seen, res = set(), []
@@ -82,6 +88,8 @@ def output_bytes(outs, tensors):
             b = o.untyped_storage().nbytes()
         except (RuntimeError, NotImplementedError):
             b = o.numel() * o.element_size()
+        if o.device.type == "cuda" and b:   # the caching allocator's blocks
+            b = -(-b // CUDA_BLOCK) * CUDA_BLOCK
         res.append((int(b), -1))
     return res
 

@@ -292,3 +292,20 @@ def test_memory_overwritten_in_place_is_never_read_again_by_a_recomputation(modu
         assert first_difference(plain, planned) is None
         assert ctx.events == list(plan.schedule.events)
         assert abs(peak - (plan.schedule.peak - graph.facts.resident)) <= SLACK
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["convbn", "attention", "dropout"])
+def test_plans_on_cuda(name):
+    """On CUDA: bitwise gradients, the schedule's events, and the peak that
+    ``torch.cuda.max_memory_allocated`` measures within 3% (or 256 KiB) of the schedule's."""
+    model, fn, graph = make(name, b=32, device="cuda")
+    state = save(model)
+    plain, _, _ = step(model, fn, state)
+    for plan in plans(graph).values():
+        planned, peak, ctx = step(model, fn, state, plan)
+        assert first_difference(plain, planned) is None
+        assert ctx.events == list(plan.schedule.events)
+        predicted = plan.schedule.peak - graph.facts.resident
+        assert abs(peak - predicted) <= max(0.03 * peak, 256 * 1024), (peak, predicted)

@@ -115,46 +115,50 @@ def _images(b, size, gen):
     return torch.randn(b, 3, size, size, generator=gen), torch.randint(0, 10, (b,), generator=gen)
 
 
-def _make(name, b=4):
-    """(model, step) of net `name`: ``step()`` returns the loss of one forward pass."""
+def _make(name, b=4, device="cpu"):
+    """(model, step) of net `name` on `device`: ``step()`` returns the loss of one forward
+    pass."""
+    model, fn, batch = _build(name, b)
+    model.to(device)
+    batch = [t.to(device) for t in batch]
+    return model, lambda: fn(model, *batch)
+
+
+def _build(name, b):
+    """(model, loss function of (model, *batch), batch) of net `name` on the CPU."""
     gen = torch.Generator().manual_seed(1)
     torch.manual_seed(0)
-    if name == "convbn":
-        model, (x, t) = ConvBN(), _images(b, 16, gen)
-        return model, lambda: F.cross_entropy(model(x), t)
-    if name == "concat":
-        model, (x, t) = Concat(), _images(b, 16, gen)
-        return model, lambda: F.cross_entropy(model(x), t)
-    if name == "attention":
-        model = Attention()
-        x, t = torch.randn(b, 6, 32, generator=gen), torch.randint(0, 10, (b,), generator=gen)
-        return model, lambda: F.cross_entropy(model(x), t)
-    if name == "dropout":
-        model = Dropout()
-        x, t = torch.randn(b, 32, generator=gen), torch.randint(0, 10, (b,), generator=gen)
-        return model, lambda: F.cross_entropy(model(x), t)
-    if name == "tied":
-        model = Tied()
-        ids = torch.randint(0, 50, (b, 7), generator=gen)
-        return model, lambda: F.cross_entropy(model(ids[:, :-1]), ids[:, 1:].reshape(-1))
-    if name == "two_losses":
-        model = TwoLosses()
-        x, t, y = (torch.randn(b, 16, generator=gen), torch.randint(0, 5, (b,), generator=gen),
-                   torch.randn(b, 1, generator=gen))
 
-        def step():
-            logits, pred = model(x)
+    def classify(m, x, t):
+        return F.cross_entropy(m(x), t)
+
+    if name in ("convbn", "concat"):
+        return (ConvBN if name == "convbn" else Concat)(), classify, _images(b, 16, gen)
+    if name == "attention":
+        return Attention(), classify, (torch.randn(b, 6, 32, generator=gen),
+                                       torch.randint(0, 10, (b,), generator=gen))
+    if name == "dropout":
+        return Dropout(), classify, (torch.randn(b, 32, generator=gen),
+                                     torch.randint(0, 10, (b,), generator=gen))
+    if name == "tied":
+        ids = torch.randint(0, 50, (b, 7), generator=gen)
+        return Tied(), lambda m, i: F.cross_entropy(m(i[:, :-1]), i[:, 1:].reshape(-1)), (ids,)
+    if name == "two_losses":
+        def two(m, x, t, y):
+            logits, pred = m(x)
             return F.cross_entropy(logits, t) + 0.5 * F.mse_loss(pred, y)
-        return model, step
+        return TwoLosses(), two, (torch.randn(b, 16, generator=gen),
+                                  torch.randint(0, 5, (b,), generator=gen),
+                                  torch.randn(b, 1, generator=gen))
     raise KeyError(name)
 
 
 NETS = ("convbn", "concat", "attention", "dropout", "tied", "two_losses")
 
 
-def make(name, b=4):
-    """(model in training mode, step, traced graph) of net `name`."""
-    model, fn = _make(name, b)
+def make(name, b=4, device="cpu"):
+    """(model in training mode, step, traced graph) of net `name` on `device`."""
+    model, fn = _make(name, b, device)
     model.train()
     graph = torch_ext.trace(fn, model=model)
     return model, fn, graph
@@ -195,10 +199,13 @@ def step(model, fn, state, plan=None, record=True):
     buffer by name (copies), the measured peak above the start (bytes), the context or None."""
     model.load_state_dict(state["model"])
     torch.set_rng_state(state["rng"])
+    if state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
     for p in model.parameters():
         p.grad = None
+    device = next(model.parameters()).device
     ctx = None if plan is None else torch_ext.RecomputeContext(plan, record=record)
-    with MemoryMeter("cpu") as meter:
+    with MemoryMeter(device) as meter:
         if ctx is None:
             loss = fn()
             loss.backward()
@@ -215,7 +222,8 @@ def step(model, fn, state, plan=None, record=True):
 
 def save(model):
     """The state :func:`step` starts from."""
-    return {"model": copy.deepcopy(model.state_dict()), "rng": torch.get_rng_state()}
+    return {"model": copy.deepcopy(model.state_dict()), "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}
 
 
 def first_difference(a, b):
