@@ -23,6 +23,8 @@
 #                  CuPy's random draws replayed or pinned, verify, the enforced pool limit;
 #                  `tests -m gpu` runs only those)
 #   table1 ARGS    examples/reproduce_table1.py ARGS (default --out: $OUT/results or results/)
+#   torch [ARGS]   the CUDA tests of torch_ext (pytest -m gpu tests/torch_ext ARGS) with the
+#                  machine's PyTorch, then examples/bench_torch.py --preset gpu
 #   all            check, tests, and a short ResNet50 table1 run at the paper's batch on the GPU
 #
 # Chainer 7.8.1 does not import on NumPy 2 / Python 3.12 by itself: chainer_ext/_compat.py fixes
@@ -83,6 +85,19 @@ run_tests() {
     "$PY" -m pytest -p chainer_ext tests/chainer_ext -q -x -p no:cacheprovider "$@"
 }
 
+run_torch() {
+    # the machine's own PyTorch (python3 there holds it): the CUDA tests of torch_ext, then the
+    # GPU preset of examples/bench_torch.py when it exists; Chainer is not needed
+    stamp "torch $*"
+    KINETO_LOG_LEVEL=5 "$PY" -m pytest tests/torch_ext -q -p no:cacheprovider -m gpu "$@"
+    local rc=$?
+    if [ -f examples/bench_torch.py ]; then
+        KINETO_LOG_LEVEL=5 "$PY" examples/bench_torch.py --preset gpu \
+            --out "${OUT:-$ROOT}/results" || rc=1
+    fi
+    return $rc
+}
+
 run_table1() {
     stamp "table1 $*"
     local out=() dir="${OUT:+$OUT/results}"
@@ -99,6 +114,7 @@ case "$cmd" in
     check) check ;;
     tests) run_tests "$@" ;;
     table1) run_table1 "$@" ;;
+    torch) run_torch "$@" ;;
     all)
         rc=0
         check || rc=1
@@ -107,5 +123,5 @@ case "$cmd" in
             --methods chen approx-mc exact-tc || rc=1
         stamp "done rc=$rc"
         exit $rc ;;
-    *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|all]"; exit 2 ;;
+    *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|torch [PYTEST ARGS]|all]"; exit 2 ;;
 esac
