@@ -228,9 +228,15 @@ def presets(name, preset):
     return sizes[name][preset]
 
 
-def network(name, preset="cpu"):
-    """The :class:`TorchNetwork` `name` ("resnet50", "unet", "gpt", "mlp") at `preset`."""
+def network(name, preset="cpu", **sizes):
+    """The :class:`TorchNetwork` `name` ("resnet50", "unet", "gpt", "mlp") at `preset`;
+    keyword `sizes` replace the preset's (``network("mlp", "cpu", width=512)``)."""
     kw = presets(name, preset)
+    unknown = set(sizes) - set(kw)
+    if unknown:
+        raise TypeError(f"network {name!r} has no size {sorted(unknown)}; its sizes are "
+                        f"{sorted(kw)}")
+    kw = {**kw, **sizes}
     if name == "resnet50":
         return TorchNetwork(name, _resnet50, _images(kw["size"], 1000), _cross_entropy,
                             _resnet_blocks)

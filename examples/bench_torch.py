@@ -1,0 +1,1012 @@
+"""lowerset against PyTorch's own memory tools, in one run, on four networks.
+
+For each network of :mod:`examples.torch_models` (torchvision ResNet-50, a U-Net with long
+skips, a GPT-2-small-like decoder stack with dropout, a plain MLP chain; built here with random
+weights), one training step (forward and backward, no optimizer) is run under each method:
+
+- ``plain``: no recomputation;
+- ``checkpoint``: each block of ``net.blocks(model)`` wrapped in a module that calls
+  ``torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)``;
+- ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` with
+  round(sqrt(n)) segments over the model's chain of n modules where it has one (the MLP's
+  layers, the GPT's blocks, ResNet-50's 16 bottlenecks); the U-Net's long skips leave it none;
+- ``sac``: selective activation checkpointing per block, ``checkpoint(block, x,
+  use_reentrant=False, context_fn=...)`` with ``create_selective_checkpoint_contexts`` and the
+  only default list of ops to save that PyTorch ships: the compute-intensive ops of
+  ``torch._functorch.partitioners.get_default_op_list()`` (mm, addmm, bmm, convolution,
+  flash/efficient attention, ...) are saved, every other op is recomputed;
+- ``compile_dp``, ``compile_ilp``: ``torch.compile`` of the model with ``aot_eager`` (its
+  forward and backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with
+  ``torch._functorch.config.activation_memory_budget`` at each ratio of ``RATIOS[preset]`` and
+  ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP needs scipy). The loss is
+  computed outside the compiled model;
+- ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
+  under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
+  our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
+  .peak``).
+
+What is measured, each run starting from the same state (parameters, buffers and the random
+generators put back, gradients None):
+
+- peak: the step's highest bytes in use above its start (``torch_ext.measure.MemoryMeter``:
+  the profiler's memory events on the CPU, ``torch.cuda.max_memory_allocated`` on CUDA) plus the
+  resident bytes of parameters and inputs (``graph.facts.resident`` of the trace), the same for
+  every method: the whole step, as ``plan.schedule.peak`` predicts it;
+- recomputed FLOPs, by two rules (:class:`FlopCount`): "formula", ``torch.utils.flop_counter``'s
+  formulas as ``FlopCounterMode`` counts them (matrix products, convolutions, attention), and
+  "all", the trace's rule for T_v: the formula, else one per output element (normalizations,
+  activations, dropout, which SAC and torch.compile recompute and the formulas count 0).
+  Eager methods and ours: the step counted by :class:`FlopCount` (a dispatch mode) minus the
+  plain step. ``torch.compile``: the operations AOTAutograd's backward graph runs again
+  (:func:`recomputed_nodes`), counted on its graphs (a dispatch mode sees nothing compiled),
+  cross-checked against the graphs' formula FLOPs minus the plain step's. Ours: must equal the
+  plan, the sum of ``graph.attrs[v]["flops"]`` over ``plan.schedule.recomputed``
+  (``flops_match_plan``);
+- time per step over plain: ``--rounds`` rounds, each running every configuration once in a
+  rotated order so that drift on the machine falls on all alike; the median over rounds of the
+  step's wall time over the plain step's of the same round;
+- gradients bitwise: loss and every parameter gradient ``torch.equal`` to the plain step's;
+  buffers (BatchNorm's running statistics) too, reported apart;
+- ours: predicted peak ``plan.schedule.peak`` beside the measured one.
+
+Each byte budget B is then met by every method whose measured peak fits it; for
+``torch.compile``, whose peak is not monotonic in the ratio, by the fitting ratio that
+recomputes the fewest FLOPs (ties: the larger ratio), per rule. Targets (:func:`targets`): at
+every budget where a PyTorch method fits, ours fits and recomputes no more FLOPs (under each
+rule); our least peak is at most every PyTorch method's least peak; prediction within 3% and
+gradients bitwise on every row of ours.
+
+Writes ``bench_torch_<preset>.json`` (every number, the machine) and ``.md`` (the tables) to
+``--out`` (default ``results/``), prints the markdown, and draws measured peak against
+recomputed FLOPs, one panel per network (``--plot``; default ``docs/images/bench_torch.png``
+for the CPU preset).
+
+Example (the CPU preset; ``KINETO_LOG_LEVEL=5`` quiets the profiler; on a 2-core machine
+that other jobs share, one thread is faster than two, whose OpenMP threads wait for each
+other; the ILP solver needs scipy)::
+
+    KINETO_LOG_LEVEL=5 .venv-torch/bin/python examples/bench_torch.py --preset cpu --threads 1
+"""
+
+import argparse
+import contextlib
+import functools
+import importlib.util
+import itertools
+import json
+import math
+import os
+import pathlib
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,  # noqa: E402
+                                    checkpoint_sequential, create_selective_checkpoint_contexts)
+import torch.utils._pytree as pytree  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.flop_counter import flop_registry  # noqa: E402
+
+import lowerset  # noqa: E402
+import torch_ext  # noqa: E402
+from examples import _machine  # noqa: E402
+from examples.torch_models import TORCH_NETWORKS, network  # noqa: E402
+from torch_ext.measure import MemoryMeter  # noqa: E402
+
+#: Per preset and network: the batch size and any model sizes replacing torch_models' preset.
+#: CPU: activations are a large part of the step (our least peak 0.4-0.75 of the plain one)
+#: and a step takes 1-2.5 CPU seconds. The MLP needs a batch several times its width for its
+#: activations to outweigh its parameters and their gradients (at width 2048 a 1.6 TFLOP
+#: step), and the GPT's 768-wide 12 layers need 8 sequences (a 0.6 TFLOP step): the CPU
+#: preset narrows the MLP to width 512 and the GPT to 384 wide, 6 layers, 6 heads.
+PRESETS = {
+    "test": {"resnet50": dict(batch=2), "unet": dict(batch=2), "gpt": dict(batch=2),
+             "mlp": dict(batch=256)},
+    "cpu": {"resnet50": dict(batch=8), "unet": dict(batch=4),
+            "gpt": dict(batch=6, dim=384, layers=6, heads=6),
+            "mlp": dict(batch=2048, width=512)},
+    "gpu": {"resnet50": dict(batch=64), "unet": dict(batch=8), "gpt": dict(batch=4),
+            "mlp": dict(batch=16384)},
+}
+
+#: The activation_memory_budget ratios swept per preset (each a compilation of every graph,
+#: 5-20 s for ResNet-50 on the CPU).
+RATIOS = {"test": (0.0, 0.5, 1.0), "cpu": (0.0, 0.25, 0.5, 0.75, 1.0),
+          "gpu": (0.0, 0.25, 0.5, 0.75, 1.0)}
+
+#: Timing rounds per preset (each runs every configuration once).
+ROUNDS = {"test": 1, "cpu": 2, "gpu": 3}
+
+#: The knapsack solvers of torch.compile's partitioner compared.
+SOLVERS = ("dp", "ilp")
+
+#: Byte budgets of ours, from our least peak to the plain step's.
+N_BUDGETS = 6
+
+#: Largest |measured - predicted| / predicted of ours the targets accept.
+PREDICTION_TOLERANCE = 0.03
+
+METHODS = ("plain", "checkpoint", "checkpoint_sequential", "sac", "compile_dp", "compile_ilp",
+           "lowerset")
+
+#: The PyTorch methods the targets compare ours with.
+PYTORCH_METHODS = METHODS[1:-1]
+
+
+# -- the step and its state -------------------------------------------------------------------
+
+class Case:
+    """One network at one preset on one device: the model, the batch and the initial state.
+
+    :meth:`reset` puts parameters, buffers and the random generators back to the state right
+    after building, and sets the gradients to None, so that every run starts alike.
+    """
+
+    def __init__(self, name, preset, device="cpu", seed=0, spec=None):
+        spec = dict(PRESETS[preset][name] if spec is None else spec)
+        self.name, self.preset, self.device = name, preset, torch.device(device)
+        self.batch_size = spec.pop("batch")
+        self.sizes = spec
+        self.net = network(name, preset, **spec)
+        torch.manual_seed(seed)
+        self.model = self.net.build().to(self.device)
+        gen = torch.Generator().manual_seed(seed)
+        self.batch = tuple(t.to(self.device) for t in self.net.make_batch(self.batch_size, gen))
+        self.params = list(self.model.parameters())
+        self._state = [(t, t.detach().clone())
+                       for t in itertools.chain(self.params, self.model.buffers())]
+        self._rng = (torch.get_rng_state(),
+                     torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None)
+
+    def reset(self):
+        with torch.no_grad():
+            for t, saved in self._state:
+                t.copy_(saved)
+        for p in self.params:
+            p.grad = None
+        torch.set_rng_state(self._rng[0])
+        if self._rng[1] is not None:
+            torch.cuda.set_rng_state_all(self._rng[1])
+
+    def loss(self, model=None):
+        return self.net.loss(self.model if model is None else model, self.batch)
+
+    def step(self, model=None):
+        """Forward and backward; return the loss."""
+        loss = self.loss(model)
+        loss.backward()
+        return loss
+
+    def snapshot(self, loss):
+        """Loss, gradients and buffers after a step, to compare runs with."""
+        return {"loss": loss.detach().clone(),
+                "grads": [None if p.grad is None else p.grad.detach().clone()
+                          for p in self.params],
+                "buffers": [b.detach().clone() for b in self.model.buffers()]}
+
+    def compare(self, ref, loss):
+        """``(grads bitwise, buffers equal)`` of the model now against snapshot `ref`: the
+        first says the loss and every parameter gradient are ``torch.equal`` to ref's."""
+        grads = torch.equal(loss.detach(), ref["loss"]) and all(
+            (g is None and p.grad is None)
+            or (g is not None and p.grad is not None and torch.equal(p.grad, g))
+            for p, g in zip(self.params, ref["grads"]))
+        buffers = all(torch.equal(b, r) for b, r in zip(self.model.buffers(), ref["buffers"]))
+        return grads, buffers
+
+
+@contextlib.contextmanager
+def swapped(replacements):
+    """Put modules in place for the duration: `replacements` is a list of ``(parent,
+    attribute name, module)``."""
+    old = [(parent, name, getattr(parent, name)) for parent, name, _ in replacements]
+    for parent, name, module in replacements:
+        setattr(parent, name, module)
+    try:
+        yield
+    finally:
+        for parent, name, module in reversed(old):
+            setattr(parent, name, module)
+
+
+# -- PyTorch's checkpointing ------------------------------------------------------------------
+
+class Checkpointed(nn.Module):
+    """A block run under non-reentrant ``torch.utils.checkpoint.checkpoint``, with
+    `context_fn` (selective activation checkpointing) where given."""
+
+    def __init__(self, block, context_fn=None):
+        super().__init__()
+        self.block = block
+        self.context_fn = context_fn
+
+    def forward(self, *args):
+        kwargs = {} if self.context_fn is None else {"context_fn": self.context_fn}
+        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+
+
+class CheckpointedSequence(nn.Module):
+    """A chain of modules run by ``checkpoint_sequential`` in `segments` segments."""
+
+    def __init__(self, modules, segments):
+        super().__init__()
+        self.chain = nn.ModuleList(modules)
+        self.segments = segments
+
+    def forward(self, x):
+        return checkpoint_sequential(list(self.chain), self.segments, x, use_reentrant=False)
+
+
+def sac_save_list():
+    """The ops PyTorch's partitioner calls compute-intensive (``get_default_op_list``), as
+    OpOverloadPackets: what the SAC policy saves."""
+    from torch._functorch.partitioners import get_default_op_list
+    return frozenset(get_default_op_list().compute_intensive_ops)
+
+
+def sac_policy(save):
+    """A SAC policy function: MUST_SAVE the outputs of ops in `save` (OpOverloadPackets),
+    PREFER_RECOMPUTE the rest."""
+    def policy(ctx, op, *args, **kwargs):
+        if getattr(op, "overloadpacket", None) in save:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
+
+
+def block_replacements(case, context_fn=None):
+    """Each block of ``net.blocks(model)`` wrapped in :class:`Checkpointed`."""
+    return [(parent, name, Checkpointed(getattr(parent, name), context_fn))
+            for parent, name in case.net.blocks(case.model)]
+
+
+def sequential_replacements(case):
+    """``(replacements, n modules, segments)`` that run the model's chain of modules under
+    ``checkpoint_sequential``, or ``(None, reason, None)`` where the model has no such chain."""
+    m = case.model
+    if case.name == "mlp":
+        chain = list(m.layers)
+        repl = lambda seq: [(m, "layers", seq)]  # noqa: E731
+    elif case.name == "gpt":
+        chain = list(m.blocks)
+        repl = lambda seq: [(m, "blocks", nn.ModuleList([seq]))]  # noqa: E731
+    elif case.name == "resnet50":
+        layers = [m.layer1, m.layer2, m.layer3, m.layer4]
+        chain = [b for layer in layers for b in layer]
+        repl = lambda seq: ([(m, "layer1", seq)]  # noqa: E731
+                            + [(m, f"layer{i}", nn.Identity()) for i in (2, 3, 4)])
+    else:
+        return None, "long skips: the blocks form no chain", None
+    segments = max(1, round(math.sqrt(len(chain))))
+    return repl(CheckpointedSequence(chain, segments)), len(chain), segments
+
+
+# -- torch.compile ----------------------------------------------------------------------------
+
+class FlopCount(TorchDispatchMode):
+    """Count the FLOPs of every operation dispatched inside, two ways.
+
+    ``formula``: ``torch.utils.flop_counter``'s formulas, as ``FlopCounterMode`` counts
+    (matrix products, convolutions, attention; other operations count 0). ``flops``: the
+    trace's rule for T_v (:func:`torch_ext.trace`): the formula, else one per element of each
+    output that does not share its storage with an argument (elementwise operations,
+    normalizations, reductions; views and in-place results count 0).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.formula = 0
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        f = _formula_flops(func, args, kwargs, out)
+        if f is None:
+            self.flops += _own_elements(out, (args, kwargs))
+        else:
+            self.formula += f
+            self.flops += f
+        return out
+
+
+def _formula_flops(func, args, kwargs, out):
+    formula = flop_registry.get(func._overloadpacket)
+    if formula is None:
+        return None
+    try:
+        return int(formula(*args, **kwargs, out_val=out))
+    except (TypeError, ValueError, RuntimeError, AttributeError):
+        return None
+
+
+def _own_elements(out, inputs):
+    """Elements of the output tensors whose storage no input tensor shares."""
+    shared = {t.untyped_storage().data_ptr() for t in pytree.tree_leaves(inputs)
+              if isinstance(t, torch.Tensor)}
+    return sum(o.numel() for o in pytree.tree_leaves(out)
+               if isinstance(o, torch.Tensor) and o.numel()
+               and o.untyped_storage().data_ptr() not in shared)
+
+
+def node_flops(node):
+    """``(formula, flops)`` of one FX node of an ATen operation, from the shapes in
+    ``meta["val"]``, by :class:`FlopCount`'s two rules (an output that the operation's schema
+    declares an alias of an argument counts 0)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return 0, 0
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
+    val = node.meta.get("val")
+    f = _formula_flops(node.target, args, kwargs, val)
+    if f is not None:
+        return f, f
+    outs = val if isinstance(val, (tuple, list)) else (val,)
+    returns = node.target._schema.returns
+    own = 0
+    for i, o in enumerate(outs):
+        aliased = i < len(returns) and returns[i].alias_info is not None
+        if isinstance(o, torch.Tensor) and not aliased:
+            own += o.numel()
+    return 0, own
+
+
+def graph_flops(gm, only=None):
+    """``(formula, flops)`` summed over the nodes of an FX graph (those named in `only`)."""
+    formula = flops = 0
+    for node in gm.graph.nodes:
+        if only is None or node.name in only:
+            a, b = node_flops(node)
+            formula += a
+            flops += b
+    return formula, flops
+
+
+def recomputed_nodes(fw_gm, bw_gm):
+    """Names of the operations the backward graph runs again: AOTAutograd's partitioner
+    copies both graphs out of one joint graph, names kept, so an operation in both is
+    recomputed (one moved to the backward pass only is not)."""
+    fw = {n.name for n in fw_gm.graph.nodes if n.op == "call_function"}
+    return {n.name for n in bw_gm.graph.nodes if n.op == "call_function" and n.name in fw}
+
+
+class CompiledSettings:
+    """A ``torch.compile`` backend that compiles each graph Dynamo captures once per setting
+    ``(solver, ratio)`` with ``aot_eager`` (its compilers wrapped to count the FLOPs of the
+    forward and backward graphs), and runs the setting :attr:`current` names.
+
+    Dynamo traces the model once; AOTAutograd partitions its joint graph once per setting, with
+    ``activation_memory_budget`` and ``activation_memory_budget_solver`` patched for that call
+    only (the global configuration stays as it is, so no guard changes).
+
+    Attributes
+    ----------
+    settings : list of (str, float)
+    current : (str, float)
+    flops : dict
+        Setting -> {"forward", "backward": FLOPs of the graphs by the formulas;
+        "recomputed", "recomputed_formula": FLOPs of the operations the backward graphs run
+        again (:func:`recomputed_nodes`), by :class:`FlopCount`'s two rules}, summed over the
+        captured graphs.
+    code : dict
+        Setting -> list of the forward and backward graphs' code (same code, same step).
+    graphs : int
+        Graphs Dynamo captured (more than one: graph breaks).
+    compile_seconds : dict
+        Setting -> seconds AOTAutograd took.
+    """
+
+    def __init__(self, settings):
+        self.settings = list(settings)
+        self.current = self.settings[0]
+        self.flops = {s: dict.fromkeys(("forward", "backward", "recomputed",
+                                        "recomputed_formula"), 0) for s in self.settings}
+        self._forward = {}
+        self.code = {s: [] for s in self.settings}
+        self.compile_seconds = dict.fromkeys(self.settings, 0.0)
+        self.graphs = 0
+
+    def _compiler(self, setting, part):
+        from torch._functorch.aot_autograd import make_boxed_func
+
+        def compile_part(gm, example_inputs):
+            count = self.flops[setting]
+            count[part] += graph_flops(gm)[0]
+            if part == "forward":
+                self._forward[setting] = gm
+            else:
+                formula, flops = graph_flops(
+                    gm, recomputed_nodes(self._forward[setting], gm))
+                count["recomputed_formula"] += formula
+                count["recomputed"] += flops
+            self.code[setting].append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compile_part
+
+    def backend(self, gm, example_inputs):
+        from torch._dynamo.backends.debugging import aot_eager
+        import torch._functorch.config as functorch_config
+
+        self.graphs += 1
+        compiled = {}
+        for s in self.settings:
+            solver, ratio = s
+            start = time.perf_counter()
+            # the backward graph compiled now, not at the first backward pass (in a
+            # measured step)
+            with functorch_config.patch(activation_memory_budget=ratio,
+                                        activation_memory_budget_solver=solver,
+                                        force_non_lazy_backward_lowering=True):
+                compiled[s] = aot_eager(gm, example_inputs,
+                                        fw_compiler=self._compiler(s, "forward"),
+                                        bw_compiler=self._compiler(s, "backward"))
+            self.compile_seconds[s] += time.perf_counter() - start
+
+        def run(*args):
+            return compiled[self.current](*args)
+        return run
+
+    def same_as(self):
+        """Setting -> the first setting with the same forward and backward graphs."""
+        first, out = {}, {}
+        for s in self.settings:
+            out[s] = first.setdefault(tuple(self.code[s]), s)
+        return out
+
+
+def compile_settings(ilp_available, ratios):
+    """``(settings to compile, rows)``: each row ``(solver, ratio)`` -> the setting compiled
+    for it. The partitioner consults no solver at ratios 0 (it recomputes all it can) and 1
+    (it saves what is fastest; ``choose_saved_values_set`` in torch/_functorch/partitioners.py),
+    so a solver other than the first shares the first one's graphs there."""
+    solvers = [s for s in SOLVERS if s != "ilp" or ilp_available]
+    rows = {}
+    for solver in solvers:
+        for r in ratios:
+            rows[solver, r] = (solvers[0], r) if r in (0.0, 1.0) else (solver, r)
+    return list(dict.fromkeys(rows.values())), rows
+
+
+# -- ours ------------------------------------------------------------------------------------
+
+def _op_packet(name):
+    """``"aten.convolution.default"`` -> ``torch.ops.aten.convolution`` (None if unknown)."""
+    ns, op = name.split(".")[:2]
+    try:
+        return getattr(getattr(torch.ops, ns), op)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def planned_flops(graph, plan):
+    """``(all, with a formula)``: FLOPs of the operations ``plan.schedule`` recomputes, from
+    ``graph.attrs[v]["flops"]``; the second counts only operations that
+    ``torch.utils.flop_counter`` has a formula for (what ``FlopCounterMode`` sees)."""
+    total = counted = 0
+    for v in plan.schedule.recomputed:
+        attrs = graph.attrs[v]
+        total += attrs["flops"]
+        if flop_registry.get(_op_packet(attrs["op"])) is not None:
+            counted += attrs["flops"]
+    return total, counted
+
+
+def budgets_between(least, plain, n=N_BUDGETS):
+    """`n` byte budgets evenly spaced from `least` to `plain` (ints, both ends included)."""
+    if n == 1 or plain <= least:
+        return [int(least)]
+    return [int(round(least + (plain - least) * i / (n - 1))) for i in range(n)]
+
+
+# -- one configuration, measured ---------------------------------------------------------------
+
+@dataclass
+class Config:
+    """One method at one setting, runnable from the case's initial state."""
+
+    method: str
+    setting: object
+    run: object            # () -> loss, forward and backward
+    counts: str = "mode"   # FLOPs counted by "mode" (FlopCount) or in the compiled "graphs"
+    extra: dict = field(default_factory=dict)
+    same_as: object = None  # a Config with the same compiled graphs (measured once)
+
+    @property
+    def key(self):
+        return (self.method, self.setting)
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(case, cfg, resident):
+    """Run `cfg` once from the initial state under the memory meter (and :class:`FlopCount`
+    where its FLOPs are counted so); return ``(row, loss)``: the measured whole-step peak
+    (plus `resident`) and the step's FLOPs by both rules (None where the compiled graphs count
+    them)."""
+    case.reset()
+    synchronize(case.device)
+    counter = FlopCount() if cfg.counts == "mode" else contextlib.nullcontext()
+    with MemoryMeter(case.device) as meter:
+        with counter:
+            loss = cfg.run()
+    synchronize(case.device)
+    row = {"peak": meter.result.peak + resident, "step_flops": None,
+           "step_formula_flops": None}
+    if cfg.counts == "mode":
+        row.update(step_flops=counter.flops, step_formula_flops=counter.formula)
+    return row, loss
+
+
+def time_rounds(case, configs, rounds):
+    """Wall seconds of each configuration's step, ``rounds`` rounds of all of them in rotated
+    order. Returns key -> list of seconds (one per round)."""
+    times = {c.key: [] for c in configs}
+    for r in range(rounds):
+        k = r % len(configs)
+        for cfg in configs[k:] + configs[:k]:
+            case.reset()
+            synchronize(case.device)
+            start = time.perf_counter()
+            cfg.run()
+            synchronize(case.device)
+            times[cfg.key].append(time.perf_counter() - start)
+    return times
+
+
+def time_ratio(times, plain_times):
+    """Median over rounds of a configuration's step time over the plain step's of the same
+    round."""
+    return statistics.median(t / p for t, p in zip(times, plain_times))
+
+
+def pick_ratio(points, budget, key="recomputed_flops"):
+    """The ``torch.compile`` setting that meets `budget`: among `points` (dicts with "ratio",
+    "peak" and `key`) whose measured peak fits, the one recomputing the fewest FLOPs (`key`),
+    ties to the larger ratio (less recomputation asked for); None where none fits. The peak is
+    not monotonic in the ratio, so every point is looked at."""
+    fitting = [p for p in points if p["peak"] <= budget]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda p: (p[key], -p["ratio"]))
+
+
+# -- one network -------------------------------------------------------------------------------
+
+def _log(msg, t0=[None]):  # noqa: B006 - a start time shared by the calls
+    if t0[0] is None:
+        t0[0] = time.perf_counter()
+    print(f"[{time.perf_counter() - t0[0]:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budgets=N_BUDGETS,
+                  ilp=None):
+    """Run every method on network `name`; return its result dict (rows, budgets, targets)."""
+    ratios = RATIOS[preset] if ratios is None else ratios
+    rounds = ROUNDS[preset] if rounds is None else rounds
+    ilp = importlib.util.find_spec("scipy") is not None if ilp is None else ilp
+    load = [os.getloadavg()[0]]
+    start = time.perf_counter()
+    torch._dynamo.reset()
+    case = Case(name, preset, device)
+    _log(f"{name}: batch {case.batch_size} {case.sizes or ''}, tracing")
+
+    # ours: trace, plan
+    case.reset()
+    graph = torch_ext.trace(lambda: case.loss(), model=case.model)
+    resident = graph.facts.resident
+    plain_pred = lowerset.schedule(graph).peak
+    least_plan = lowerset.min_peak(graph)
+    budgets = budgets_between(least_plan.schedule.peak, plain_pred, n_budgets)
+    plans = [lowerset.solve(graph, budget=b) for b in budgets]
+    _log(f"{name}: {len(graph.labels)} nodes, plain predicted {plain_pred / 1e6:.1f} MB, "
+         f"least {least_plan.schedule.peak / 1e6:.1f} MB")
+
+    configs = [Config("plain", None, case.step)]
+    r = block_replacements(case)
+    configs.append(Config("checkpoint", None, _with(swapped, r, case.step)))
+    seq, n_chain, segments = sequential_replacements(case)
+    not_applicable = {}
+    if seq is None:
+        not_applicable["checkpoint_sequential"] = n_chain
+    else:
+        configs.append(Config("checkpoint_sequential", None, _with(swapped, seq, case.step),
+                              extra={"modules": n_chain, "segments": segments}))
+    context_fn = functools.partial(create_selective_checkpoint_contexts,
+                                   sac_policy(sac_save_list()))
+    configs.append(Config("sac", None,
+                          _with(swapped, block_replacements(case, context_fn), case.step)))
+
+    settings, compile_rows = compile_settings(ilp, ratios)
+    if not ilp:
+        not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
+    switch = CompiledSettings(settings)
+    compiled = torch.compile(case.model, backend=switch.backend)
+    case.reset()
+    t = time.perf_counter()
+    case.step(compiled)   # Dynamo and AOTAutograd compile every setting here
+    _log(f"{name}: compiled {len(settings)} settings in {time.perf_counter() - t:.1f} s "
+         f"({switch.graphs} graph(s))")
+    same = switch.same_as()
+    by_setting = {}
+    for row, s in compile_rows.items():
+        cfg = Config(f"compile_{row[0]}", row[1], _compiled_run(case, compiled, switch, s),
+                     counts="graphs", extra={"compile_s": switch.compile_seconds[s]})
+        if same[s] != row:
+            cfg.same_as = by_setting[same[s]]
+        by_setting[row] = cfg
+        configs.append(cfg)
+
+    for b, plan in zip(budgets, plans):
+        ctx = torch_ext.RecomputeContext(plan, model=case.model)
+        total, counted = planned_flops(graph, plan)
+        configs.append(Config("lowerset", b, _with(_entered, ctx, case.step),
+                              extra={"predicted": plan.schedule.peak,
+                                     "planned_flops": total, "planned_formula": counted,
+                                     "recomputed_ops": len(plan.schedule.recomputed)}))
+
+    # measure each configuration once (same compiled graphs: once)
+    rows, measured = [], {}
+    ref = plain = None
+    for cfg in configs:
+        if cfg.same_as is not None:
+            continue
+        m, loss = measure(case, cfg, resident)
+        if cfg.method == "plain":
+            ref, plain = case.snapshot(loss), m
+        grads, buffers = case.compare(ref, loss)
+        del loss
+        if cfg.counts == "graphs":
+            f = switch.flops[compile_rows[cfg.method[len("compile_"):], cfg.setting]]
+            m.update(recomputed_flops=f["recomputed"],
+                     recomputed_formula=f["recomputed_formula"],
+                     graphs_formula_over_plain=(f["forward"] + f["backward"]
+                                                - plain["step_formula_flops"]))
+        else:
+            m.update(recomputed_flops=m["step_flops"] - plain["step_flops"],
+                     recomputed_formula=(m["step_formula_flops"]
+                                         - plain["step_formula_flops"]))
+        if cfg.method == "lowerset":
+            m["flops_match_plan"] = (
+                m["recomputed_flops"] == cfg.extra["planned_flops"]
+                and m["recomputed_formula"] == cfg.extra["planned_formula"])
+        m.update(bitwise=grads, buffers=buffers)
+        measured[cfg.key] = m
+        _log(f"{name}: {cfg.method} {_setting_text(cfg)}: peak {m['peak'] / 1e6:.1f} MB, "
+             f"recomputed {m['recomputed_flops'] / 1e9:.3f} GFLOP "
+             f"({m['recomputed_formula'] / 1e9:.3f} by formulas), bitwise {grads}")
+    case.reset()
+    to_time = [c for c in configs if c.same_as is None]
+    times = time_rounds(case, to_time, rounds)
+    plain_times = times[("plain", None)]
+    for cfg in configs:
+        src = cfg.same_as or cfg
+        m = dict(measured[src.key])
+        row = {"method": cfg.method, "setting": cfg.setting, **m, **cfg.extra,
+               "time_s": statistics.median(times[src.key]),
+               "time_ratio": time_ratio(times[src.key], plain_times)}
+        if cfg.same_as is not None:
+            row["same_graphs_as"] = f"{cfg.same_as.method} {cfg.same_as.setting:g}"
+        if cfg.method == "plain":
+            row["predicted"] = plain_pred
+        if "predicted" in row:
+            row["error"] = (row["peak"] - row["predicted"]) / row["predicted"]
+        if cfg.method == "lowerset":
+            row["fits"] = row["peak"] <= cfg.setting
+        rows.append(row)
+    load.append(os.getloadavg()[0])
+    result = {"network": name, "batch": case.batch_size, "sizes": case.sizes,
+              "nodes": len(graph.labels), "resident": resident, "plain_predicted": plain_pred,
+              "least_predicted": least_plan.schedule.peak, "budgets": budgets,
+              "plain_flops": plain["step_flops"],
+              "plain_formula_flops": plain["step_formula_flops"], "sac_saves": sorted(str(p) for p in sac_save_list()),
+              "compiled_graphs": switch.graphs, "not_applicable": not_applicable,
+              "rows": rows, "load": load, "seconds": time.perf_counter() - start,
+              "device": str(case.device)}
+    result["by_budget"] = {key: budget_table(result, key) for key in RULES}
+    result["targets"] = targets(result)
+    _log(f"{name}: done in {result['seconds']:.0f} s (load {load[0]:.1f} -> {load[1]:.1f})")
+    return result
+
+
+def _with(cm_factory, arg, fn):
+    def run():
+        with cm_factory(arg):
+            return fn()
+    return run
+
+
+@contextlib.contextmanager
+def _entered(ctx):
+    with ctx:
+        yield
+
+
+def _compiled_run(case, compiled, switch, setting):
+    def run():
+        switch.current = setting
+        return case.step(compiled)
+    return run
+
+
+def _setting_text(row_or_cfg):
+    s = row_or_cfg["setting"] if isinstance(row_or_cfg, dict) else row_or_cfg.setting
+    method = row_or_cfg["method"] if isinstance(row_or_cfg, dict) else row_or_cfg.method
+    if s is None:
+        return ""
+    if method == "lowerset":
+        return f"B={s / 1e6:.1f} MB"
+    return f"ratio {s:g}"
+
+
+# -- budgets and targets -------------------------------------------------------------------------
+
+#: The two FLOP rules (:class:`FlopCount`): row key -> name in the report.
+RULES = {"recomputed_flops": "FLOPs (formulas, else one per output element)",
+         "recomputed_formula": "formula FLOPs (FlopCounterMode's)"}
+
+
+def _brief(row, key):
+    return {"setting": row["setting"], "peak": row["peak"], "flops": row[key]}
+
+
+def budget_table(result, key="recomputed_flops"):
+    """Per budget B of ours: our row and each PyTorch method's row that meets B (measured
+    peak at most B; for torch.compile the ratio :func:`pick_ratio` picks by `key`), None where
+    none does, each as ``{"setting", "peak", "flops"}`` (`key`)."""
+    rows = result["rows"]
+    out = []
+    for b in result["budgets"]:
+        ours = next(r for r in rows if r["method"] == "lowerset" and r["setting"] == b)
+        entry = {"budget": b, "lowerset": dict(_brief(ours, key), fits=ours["fits"]),
+                 "methods": {}}
+        for method in PYTORCH_METHODS:
+            mine = [r for r in rows if r["method"] == method]
+            if method.startswith("compile_"):
+                r = pick_ratio([dict(r, ratio=r["setting"]) for r in mine], b, key)
+            else:
+                r = mine[0] if mine and mine[0]["peak"] <= b else None
+            entry["methods"][method] = None if r is None else _brief(r, key)
+        out.append(entry)
+    return out
+
+
+def targets(result):
+    """The targets on one network: name -> {"met": bool, "misses": [text]}. "budgets" and
+    "budgets_formula" are the first target under each FLOP rule (:data:`RULES`)."""
+    rows = result["rows"]
+    ours = [r for r in rows if r["method"] == "lowerset"]
+    names = ("budgets", "budgets_formula", "least_peak", "prediction", "bitwise")
+    t = {k: {"met": True, "misses": []} for k in names}
+
+    def miss(k, text):
+        t[k]["met"] = False
+        t[k]["misses"].append(text)
+
+    for name, key in zip(names[:2], RULES):
+        for entry in result["by_budget"][key]:
+            b, mine = entry["budget"], entry["lowerset"]
+            for method, r in entry["methods"].items():
+                if r is None:
+                    continue
+                if not mine["fits"]:
+                    miss(name, f"B={_mb(b)} MB: {method} fits, ours measured "
+                               f"{_mb(mine['peak'])} MB")
+                elif mine["flops"] > r["flops"]:
+                    setting = "" if r["setting"] is None else f" at {r['setting']:g}"
+                    miss(name, f"B={_mb(b)} MB: ours {_gf(mine['flops'])}, {method}{setting} "
+                               f"{_gf(r['flops'])}")
+    our_least = min(r["peak"] for r in ours)
+    for method in PYTORCH_METHODS:
+        mine = [r["peak"] for r in rows if r["method"] == method]
+        if mine and our_least > min(mine):
+            miss("least_peak", f"ours {_mb(our_least)} MB, {method} {_mb(min(mine))} MB")
+    for r in ours:
+        if abs(r["error"]) > PREDICTION_TOLERANCE:
+            miss("prediction", f"B={_mb(r['setting'])} MB: {100 * r['error']:+.2f}%")
+        if not r["bitwise"]:
+            miss("bitwise", f"B={_mb(r['setting'])} MB")
+    return t
+
+
+# -- report -------------------------------------------------------------------------------------
+
+def machine_info(device):
+    info = _machine.machine_info()
+    info["torch"] = torch.__version__
+    info["torch_threads"] = torch.get_num_threads()
+    try:
+        from examples.torch_models import import_torchvision
+        info["torchvision"] = import_torchvision().__version__
+    except Exception:  # noqa: BLE001 - reported as absent
+        info["torchvision"] = None
+    info["scipy"] = (__import__("scipy").__version__
+                     if importlib.util.find_spec("scipy") is not None else None)
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    info["lowerset"] = lowerset.__version__
+    return info
+
+
+def machine_line(info):
+    extra = [f"torch {info['torch']} ({info['torch_threads']} threads)"]
+    extra += [f"{k} {info[k]}" for k in ("torchvision", "scipy") if info.get(k)]
+    return _machine.machine_line(info) + ", " + ", ".join(extra)
+
+
+def _mb(b):
+    return f"{b / 1e6:.1f}" if abs(b) >= 1e7 else f"{b / 1e6:.3f}"
+
+
+def _gf(f):
+    return f"{f / 1e9:.2f}" if abs(f) >= 1e8 or f == 0 else f"{f / 1e9:.4f}"
+
+
+def _yes(b):
+    return "yes" if b else "no"
+
+
+TARGET_NAMES = {"budgets": "at each budget a PyTorch method meets, ours fits and recomputes "
+                           "no more FLOPs",
+                "budgets_formula": "the same, formula FLOPs",
+                "least_peak": "our least peak at most theirs",
+                "prediction": "prediction within 3%",
+                "bitwise": "gradients bitwise"}
+
+
+def markdown(results, info, preset):
+    lines = [f"Machine: {machine_line(info)}. Preset `{preset}`. MB = 1e6 bytes; GFLOP = 1e9 "
+             "FLOPs, recomputed: by torch.utils.flop_counter's formulas, else one per output "
+             "element (\"all\"), and by the formulas alone (\"formula\", what "
+             "FlopCounterMode counts).", ""]
+    for res in results:
+        lines += _network_md(res)
+    lines += ["### Targets", "", "| network | " + " | ".join(TARGET_NAMES.values()) + " |",
+              "|---|" + "---|" * len(TARGET_NAMES)]
+    for res in results:
+        cells = []
+        for k in TARGET_NAMES:
+            t = res["targets"][k]
+            cells.append("met" if t["met"] else "missed: " + "; ".join(t["misses"]))
+        lines.append(f"| {res['network']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _network_md(res):
+    sizes = "".join(f", {k} {v}" for k, v in res["sizes"].items())
+    head = (f"{res['nodes']} traced operations; resident parameters and inputs "
+            f"{_mb(res['resident'])} MB; plain step predicted {_mb(res['plain_predicted'])} MB, "
+            f"our least {_mb(res['least_predicted'])} MB; {res['seconds']:.0f} s, load "
+            f"average {res['load'][0]:.1f} -> {res['load'][1]:.1f}.")
+    for k, why in res["not_applicable"].items():
+        head += f" {k}: not run ({why})."
+    if res["compiled_graphs"] != 1:
+        head += f" torch.compile captured {res['compiled_graphs']} graphs."
+    out = [f"### {res['network']} (batch {res['batch']}{sizes})", "", head, "",
+           "| method | setting | peak (MB) | recomputed GFLOP all | formula | time x plain | "
+           "grads bitwise | buffers equal | predicted (MB) | error |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        setting = _setting_text(r)
+        if r.get("same_graphs_as") is not None:
+            setting += f" (graphs of {r['same_graphs_as']})"
+        pred = (f"{_mb(r['predicted'])} | {100 * r['error']:+.2f}%" if "predicted" in r
+                else " | ")
+        out.append(f"| {r['method']} | {setting} | {_mb(r['peak'])} | "
+                   f"{_gf(r['recomputed_flops'])} | {_gf(r['recomputed_formula'])} | "
+                   f"{r['time_ratio']:.2f} | {_yes(r['bitwise'])} | {_yes(r['buffers'])} | "
+                   f"{pred} |")
+    out += ["", "Per budget: ours (measured MB, recomputed GFLOP all / formula) and the "
+            "recomputed GFLOP (all / formula) of each PyTorch method whose measured peak fits "
+            "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
+            "| budget (MB) | x plain | ours | " + " | ".join(PYTORCH_METHODS) + " |",
+            "|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
+    by_all, by_formula = (res["by_budget"][k] for k in RULES)
+    for e, f in zip(by_all, by_formula):
+        mine = e["lowerset"]
+        cells = []
+        for method in PYTORCH_METHODS:
+            r, q = e["methods"][method], f["methods"][method]
+            if method in res["not_applicable"]:
+                cells.append("n/a")
+            elif r is None:
+                cells.append("-")
+            else:
+                cells.append(f"{_gf(r['flops'])}{_at(r)} / {_gf(q['flops'])}{_at(q)}")
+        fit = "" if mine["fits"] else " (over)"
+        out.append(f"| {_mb(e['budget'])} | {e['budget'] / res['plain_predicted']:.2f} | "
+                   f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
+                   f"{_gf(f['lowerset']['flops'])} | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
+
+
+def _at(r):
+    return "" if r["setting"] is None else f" @{r['setting']:g}"
+
+
+def plot(results, path):
+    """Measured peak against recomputed FLOPs, one panel per network, one line per method."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    cols = min(n, 2)
+    rows_ = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(6 * cols, 4.2 * rows_), squeeze=False)
+    styles = {"plain": "ks", "checkpoint": "C0o", "checkpoint_sequential": "C1^", "sac": "C2D",
+              "compile_dp": "C3.--", "compile_ilp": "C4x:", "lowerset": "C5*-"}
+    for ax, res in zip(axes.flat, results):
+        for method in METHODS:
+            pts = sorted((r["recomputed_flops"] / 1e9, r["peak"] / 1e6)
+                         for r in res["rows"] if r["method"] == method)
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, styles[method], label=method, markersize=7)
+        ax.set_title(f"{res['network']} (batch {res['batch']})")
+        ax.set_xlabel("recomputed GFLOP")
+        ax.set_ylabel("measured peak (MB)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--models", nargs="+", choices=TORCH_NETWORKS, default=TORCH_NETWORKS)
+    parser.add_argument("--device", default=None,
+                        help="cpu or cuda (default: cuda for --preset gpu, else cpu)")
+    parser.add_argument("--rounds", type=int, default=None, help="timing rounds")
+    parser.add_argument("--ratios", type=float, nargs="+", default=None,
+                        help="activation_memory_budget ratios (default RATIOS[preset])")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads (default: PyTorch's; on a shared 2-core "
+                             "machine 1 thread is faster, since OpenMP's threads wait for "
+                             "each other)")
+    parser.add_argument("--out", default=str(ROOT / "results"),
+                        help="folder of bench_torch_<preset>.json and .md (default results/)")
+    parser.add_argument("--plot", default=None,
+                        help="picture (default docs/images/bench_torch.png for the cpu preset, "
+                             "else bench_torch_<preset>.png in --out)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = pathlib.Path(args.out) / f"bench_torch_{args.preset}"
+    picture = args.plot or (ROOT / "docs" / "images" / "bench_torch.png"
+                            if args.preset == "cpu" else out.with_suffix(".png"))
+    info = machine_info(device)
+    _log(machine_line(info))
+    start = time.perf_counter()
+    results = [bench_network(name, args.preset, device, ratios=args.ratios,
+                             rounds=args.rounds) for name in args.models]
+    info["seconds"] = time.perf_counter() - start
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".json"), "w") as f:
+        json.dump({"machine": info, "preset": args.preset, "results": results}, f, indent=1,
+                  default=str)
+    md = markdown(results, info, args.preset) + f"\nWall time: {info['seconds']:.0f} s.\n"
+    out.with_suffix(".md").write_text(md)
+    plot(results, picture)
+    print(md)
+    _log(f"wrote {out.with_suffix('.json')}, {out.with_suffix('.md')}, {picture}")
+
+
+if __name__ == "__main__":
+    main()

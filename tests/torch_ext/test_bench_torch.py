@@ -1,0 +1,112 @@
+"""examples/bench_torch.py: the FLOP accounting of recomputation, counted by hand on a small MLP
+chain, and the choice of torch.compile's ratio for a byte budget."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import lowerset  # noqa: E402
+import torch_ext  # noqa: E402
+from examples import bench_torch as bt  # noqa: E402
+
+# the MLP chain of the "test" preset: features 64, 4 layers of width 128, 10 classes
+F, W, L, B = 64, 128, 4, 256
+
+
+@pytest.fixture
+def mlp():
+    return bt.Case("mlp", "test", spec=dict(batch=B))
+
+
+def _measured(case, cfg, ref=None):
+    row, loss = bt.measure(case, cfg, resident=0)
+    return row, case.snapshot(loss) if ref is None else case.compare(ref, loss)
+
+
+def test_pick_ratio_takes_the_fitting_ratio_that_recomputes_least_on_a_non_monotonic_table():
+    pts = [dict(ratio=0.0, peak=100, recomputed_flops=50),
+           dict(ratio=0.25, peak=120, recomputed_flops=30),   # above the budget
+           dict(ratio=0.5, peak=105, recomputed_flops=20),
+           dict(ratio=0.75, peak=103, recomputed_flops=20),   # ties 0.5: the larger ratio
+           dict(ratio=1.0, peak=140, recomputed_flops=0)]     # the most memory, not the least
+    assert bt.pick_ratio(pts, 110)["ratio"] == 0.75
+    assert bt.pick_ratio(pts, 104)["ratio"] == 0.75
+    assert bt.pick_ratio(pts, 102)["ratio"] == 0.0
+    assert bt.pick_ratio(pts, 99) is None
+    assert bt.pick_ratio(pts, 140)["ratio"] == 1.0
+
+
+def test_budgets_run_from_the_least_peak_to_the_plain_one():
+    assert bt.budgets_between(100, 200, 6) == [100, 120, 140, 160, 180, 200]
+    assert bt.budgets_between(150, 150, 6) == [150]
+
+
+def test_recomputed_flops_of_pytorch_checkpointing_by_hand(mlp):
+    plain, ref = _measured(mlp, bt.Config("plain", None, mlp.step))
+    macs = F * W + (L - 1) * W * W + W * 10
+    # forward, weight gradients, input gradients (none for the batch)
+    assert plain["step_formula_flops"] == 2 * B * (3 * macs - F * W)
+
+    # per-block checkpoint of each Linear and ReLU: a Linear saves only its input and weight,
+    # which checkpoint's early stop has without running it again; each ReLU runs again
+    cfg = bt.Config("checkpoint", None, bt._with(bt.swapped, bt.block_replacements(mlp),
+                                                 mlp.step))
+    row, (grads, _) = _measured(mlp, cfg, ref)
+    assert grads
+    assert row["step_formula_flops"] == plain["step_formula_flops"]
+    assert row["step_flops"] - plain["step_flops"] == L * B * W
+
+    # checkpoint_sequential, round(sqrt(8)) = 3 segments of 2 modules, the last one plain:
+    # layers 1 and 2 (Linear + ReLU) run again
+    seq, n, segments = bt.sequential_replacements(mlp)
+    assert (n, segments) == (2 * L, 3)
+    row, (grads, _) = _measured(mlp, bt.Config("seq", None, bt._with(bt.swapped, seq,
+                                                                     mlp.step)), ref)
+    assert grads
+    assert row["step_formula_flops"] - plain["step_formula_flops"] == 2 * B * W * (F + W)
+    assert row["step_flops"] - plain["step_flops"] == 2 * B * W * (F + W) + 2 * B * W
+
+
+def test_recomputed_flops_of_ours_equal_the_plan_and_the_counter(mlp):
+    plain, ref = _measured(mlp, bt.Config("plain", None, mlp.step))
+    mlp.reset()
+    graph = torch_ext.trace(mlp.loss, model=mlp.model)
+    plan = lowerset.min_peak(graph)
+    assert plan.schedule.recomputed
+    total, formula = bt.planned_flops(graph, plan)
+    assert 0 < formula < total
+    ctx = torch_ext.RecomputeContext(plan)
+    row, (grads, _) = _measured(mlp, bt.Config("lowerset", 0, bt._with(bt._entered, ctx,
+                                                                       mlp.step)), ref)
+    assert grads
+    assert row["step_flops"] - plain["step_flops"] == total
+    assert row["step_formula_flops"] - plain["step_formula_flops"] == formula
+
+
+def test_flop_count_formulas_agree_with_flop_counter_mode(mlp):
+    from torch.utils.flop_counter import FlopCounterMode
+    mlp.reset()
+    with FlopCounterMode(display=False) as fc, bt.FlopCount() as mine:
+        mlp.step()
+    assert mine.formula == fc.get_total_flops() > 0
+    assert mine.flops > mine.formula
+
+
+def test_compiled_recomputation_is_counted_in_the_graphs(mlp):
+    torch._dynamo.reset()
+    switch = bt.CompiledSettings([("dp", 0.0), ("dp", 1.0)])
+    compiled = torch.compile(mlp.model, backend=switch.backend)
+    mlp.reset()
+    mlp.step(compiled)
+    assert switch.graphs == 1
+    # ratio 1 saves what the forward pass makes; ratio 0 runs every Linear of the chain again
+    # (the head's output leaves the graph for the loss: nothing to save)
+    assert switch.flops["dp", 1.0]["recomputed_formula"] == 0
+    assert switch.flops["dp", 0.0]["recomputed_formula"] == 2 * B * W * (F + (L - 1) * W)
+    plain, _ = _measured(mlp, bt.Config("plain", None, mlp.step))
+    for s in switch.settings:
+        f = switch.flops[s]
+        assert f["forward"] + f["backward"] - plain["step_formula_flops"] == \
+            f["recomputed_formula"]
+    assert switch.same_as() == {s: s for s in switch.settings}
+    torch._dynamo.reset()
