@@ -366,18 +366,65 @@ def fold_start(n_out, n_targets, n, n_args):
 
 
 @njit(cache=True)
+def fold_compact(st, cap):
+    """`st` with its buffers renumbered: the ones still in use get ids ``0 .. k-1`` in a
+    table of `cap` entries (at least ``k``), and every reference follows; the bytes in use do
+    not change. A fold that runs for long (a runtime cache's replays make new buffers without
+    end) keeps its state small with it."""
+    bsize, brefs, val, sbuf, pend, gy, gx, scal = st
+    nb = scal[1]
+    new_id = np.full(nb, -1, dtype=np.int64)
+    live = 0
+    for b in range(nb):
+        if brefs[b] > 0:
+            live += 1
+    size2 = np.zeros(max(cap, live), dtype=np.int64)
+    refs2 = np.zeros(max(cap, live), dtype=np.int64)
+    k = 0
+    for b in range(nb):
+        if brefs[b] > 0:
+            new_id[b] = k
+            size2[k] = bsize[b]
+            refs2[k] = brefs[b]
+            k += 1
+    for arr in (val, sbuf, pend, gy):
+        for i in range(arr.shape[0]):
+            if arr[i] >= 0:
+                arr[i] = new_id[arr[i]]
+    scal[1] = k
+    return (size2, refs2, val, sbuf, pend, gy, gx, scal)
+
+
+@njit(cache=True)
 def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
               arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
               sum_inplace):
-    """Bytes above the current level of `st` that the first of the events would reach at its
-    highest point: :func:`fold_run` on a copy of `st` (which is left as it is)."""
+    """Fold all events but the last into `st` (:func:`fold_run`), then say what the last would
+    need: the bytes above the level after them that it would reach at its highest point (run
+    on a copy of the state, which it leaves as it is).
+
+    Returns
+    -------
+    st : tuple
+        The state after all events but the last.
+    need : int
+    high : int
+        The highest point of the events folded in, -1 when there were none (resident bytes not
+        included).
+    """
+    n = kind.shape[0]
+    st, timeline, highs = fold_run(st, kind[:n - 1], node, nbytes, optr, oidx, out_ptr,
+                                   out_bytes, out_view, state, stoch, arg_ptr, arg_target,
+                                   arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                   sum_inplace)
     copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
             st[5].copy(), st[6].copy(), st[7].copy())
-    copy, timeline, highs = fold_run(copy, kind[:1], node, nbytes, optr, oidx, out_ptr,
-                                     out_bytes, out_view, state, stoch, arg_ptr, arg_target,
-                                     arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
-                                     sum_inplace)
-    return highs[0] - st[7][0]
+    copy, last, last_high = fold_run(copy, kind[n - 1:], node[n - 1:], nbytes[n - 1:],
+                                     optr[n - 1:], oidx, out_ptr, out_bytes, out_view, state,
+                                     stoch, arg_ptr, arg_target, arg_size, arg_grad, arg_gview,
+                                     grad_out, fpeak, bpeak, sum_inplace)
+    high = highs.max() if n > 1 else -1
+    return st, last_high[0] - st[7][0], high
 
 
 @njit(cache=True)

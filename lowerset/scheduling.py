@@ -482,46 +482,57 @@ def _replays(kind):
 
 
 class EventFold:
-    """The memory fold of :func:`simulate` over events given one at a time, for a runtime that
-    picks its next event by the bytes in use (``lowerset.baselines.dtr``). All figures are
+    """The memory fold of :func:`simulate` over events given a few at a time, for a runtime
+    that picks its next event by the bytes in use (``lowerset.baselines.dtr``). All figures are
     bytes, resident (parameters, inputs) included.
 
     Parameters
     ----------
     g : Graph
+
+    Attributes
+    ----------
+    high : int
+        The highest point of the events folded in so far (the resident bytes before any).
     """
 
     def __init__(self, g):
         f = flat_facts(g)
         self.resident = f.resident
+        self.high = f.resident
         self._facts = (f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
                        f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out, f.fpeak,
                        f.bpeak, f.sum_inplace)
         self._st = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]))
+        self._cap = self._st[0].shape[0]
+        self._compact_at = self._cap // 2
 
     @property
     def used(self):
         """Bytes in use now."""
         return int(self._st[7][0]) + self.resident
 
-    def need(self, kind, node, nbytes, outputs):
-        """Bytes above :attr:`used` at the highest point of event ``(kind, node, nbytes,
-        outputs)`` (an event code, a node id, bytes, local output indexes), were it next."""
-        return int(_k.fold_need(self._st, *_one_event(kind, node, nbytes, outputs),
-                                *self._facts))
+    def need(self, kind, node, nbytes, optr, oidx):
+        """Fold in the events ``(kind, node, nbytes, optr, oidx)`` (int64 arrays as in
+        :attr:`Schedule.arrays`, ``optr`` of length #events + 1 indexing ``oidx``) but the
+        last; return the bytes above :attr:`used` at the highest point of the last, were it
+        next."""
+        if self._st[7][1] > self._compact_at:  # renumber the buffers: the copy stays small
+            self._st = _k.fold_compact(self._st, self._cap)
+            self._compact_at = max(self._cap // 2, 2 * int(self._st[7][1]))
+        self._st, need, high = _k.fold_need(self._st, kind, node, nbytes, optr, oidx,
+                                            *self._facts)
+        self.high = max(self.high, int(high) + self.resident)
+        return int(need)
 
-    def apply(self, kind, node, nbytes, outputs):
-        """Fold the event in; return the bytes in use after it and at its highest point."""
-        self._st, timeline, highs = _k.fold_run(
-            self._st, *_one_event(kind, node, nbytes, outputs), *self._facts)
-        return int(timeline[0]) + self.resident, int(highs[0]) + self.resident
-
-
-def _one_event(kind, node, nbytes, outputs):
-    """The event arrays ``(kind, node, nbytes, optr, oidx)`` of one event."""
-    return (np.array([kind], dtype=np.int64), np.array([node], dtype=np.int64),
-            np.array([nbytes], dtype=np.int64), np.array([0, len(outputs)], dtype=np.int64),
-            np.array(outputs, dtype=np.int64).reshape(-1))
+    def apply(self, kind, node, nbytes, optr, oidx):
+        """Fold in the events ``(kind, node, nbytes, optr, oidx)``; return the bytes in use
+        after each and at its highest point (ndarrays of int64, shape (#events,))."""
+        self._st, timeline, highs = _k.fold_run(self._st, kind, node, nbytes, optr, oidx,
+                                                *self._facts)
+        if highs.size:
+            self.high = max(self.high, int(highs.max()) + self.resident)
+        return timeline + self.resident, highs + self.resident
 
 
 def _fold(g, arrays):

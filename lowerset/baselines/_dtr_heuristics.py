@@ -101,16 +101,23 @@ def _find(parent, i):
 
 
 @njit(cache=True)
-def choose(code, cand, size, cost, last, stamp, clock, nb_ptr, nb_idx, evicted, ecn, parent,
-           value):
-    """The storage to evict next: the least score among the candidates.
+def choose(code, evictable, held, lock, blocked, size, cost, last, stamp, clock, nb_ptr, nb_idx,
+           made, ecn, parent, value):
+    """The storage to evict next: the least score among the candidates (evictable, material,
+    unpinned, not blocked).
 
     Parameters
     ----------
     code : int
         Heuristic code (:data:`HEURISTICS`).
-    cand : ndarray of bool, shape (S,)
-        Evictable now (material, unpinned, replayable, bytes > 0).
+    evictable : ndarray of bool, shape (S,)
+        Storages the runtime may evict at all (bytes > 0, nothing pinned in them).
+    held : ndarray of int64, shape (S,)
+        Material arrays in each storage (0: not material).
+    lock : ndarray of int64, shape (S,)
+        Pins on each storage.
+    blocked : ndarray of bool, shape (S,)
+        Storages the runtime set aside for this allocation.
     size : ndarray of int64, shape (S,)
         Bytes of each storage.
     cost : ndarray of float64, shape (S,)
@@ -123,8 +130,9 @@ def choose(code, cand, size, cost, last, stamp, clock, nb_ptr, nb_idx, evicted, 
     nb_ptr, nb_idx : ndarray of int64, shapes (S + 1,), (#links,)
         Neighbour storages (CSR): those of the arguments of its functions and of the outputs
         and states of the functions that read it.
-    evicted : ndarray of bool, shape (S,)
-        Made once and not material now (evicted, or freed by eager eviction).
+    made : ndarray of bool, shape (S,)
+        Made at least once (so one that is not material is evicted, or freed by eager
+        eviction).
     ecn : ndarray of int64, shape (S,)
         The equivalence class of an evicted storage, -1 for a material one.
     parent, value : ndarray
@@ -138,8 +146,8 @@ def choose(code, cand, size, cost, last, stamp, clock, nb_ptr, nb_idx, evicted, 
     best = -1
     best_score = np.inf
     seen = np.empty(nb_idx.shape[0] + 1, dtype=np.int64)
-    for s in range(cand.shape[0]):
-        if not cand[s]:
+    for s in range(evictable.shape[0]):
+        if not evictable[s] or held[s] == 0 or lock[s] > 0 or blocked[s]:
             continue
         if code == H_LRU:
             score = last[s]
@@ -151,7 +159,7 @@ def choose(code, cand, size, cost, last, stamp, clock, nb_ptr, nb_idx, evicted, 
                 n_seen = 0
                 for j in range(nb_ptr[s], nb_ptr[s + 1]):
                     t = nb_idx[j]
-                    if not evicted[t] or ecn[t] < 0:
+                    if not made[t] or held[t] > 0 or ecn[t] < 0:
                         continue
                     r = _find(parent, ecn[t])
                     new = True

@@ -186,6 +186,55 @@ class Static:
         self.nb_idx = np.array(idx, dtype=np.int64)
 
 
+class Events:
+    """The events so far in growable int64 arrays, laid out as :attr:`lowerset.Schedule.arrays`
+    (``optr`` holds absolute offsets into ``oidx``)."""
+
+    def __init__(self, cap=1024):
+        self.kind = np.empty(cap, dtype=np.int64)
+        self.node = np.empty(cap, dtype=np.int64)
+        self.nbytes = np.empty(cap, dtype=np.int64)
+        self.optr = np.zeros(cap + 1, dtype=np.int64)
+        self.oidx = np.empty(cap, dtype=np.int64)
+        self.n = 0
+
+    def put(self, kind, v, nbytes, outs):
+        """Write event ``n`` (not counted until :meth:`add`)."""
+        i = self.n
+        if i + 1 >= self.kind.shape[0] or self.optr[i] + len(outs) > self.oidx.shape[0]:
+            self._grow(len(outs))
+        self.kind[i] = kind
+        self.node[i] = v
+        self.nbytes[i] = nbytes
+        lo = self.optr[i]
+        self.oidx[lo:lo + len(outs)] = outs
+        self.optr[i + 1] = lo + len(outs)
+
+    def add(self, kind, v, nbytes, outs):
+        self.put(kind, v, nbytes, outs)
+        self.n += 1
+
+    def window(self, lo, hi):
+        """Events ``lo .. hi-1`` as fold arguments (views)."""
+        return (self.kind[lo:hi], self.node[lo:hi], self.nbytes[lo:hi], self.optr[lo:hi + 1],
+                self.oidx)
+
+    def arrays(self):
+        """Copies of the events, ``optr`` from 0."""
+        n = self.n
+        return (self.kind[:n].copy(), self.node[:n].copy(), self.nbytes[:n].copy(),
+                self.optr[:n + 1].copy(), self.oidx[:self.optr[n]].copy())
+
+    def _grow(self, extra):
+        cap = 2 * self.kind.shape[0]
+        for name in ("kind", "node", "nbytes"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.empty(cap // 2,
+                                                                              dtype=np.int64)]))
+        self.optr = np.concatenate([self.optr, np.zeros(cap // 2, dtype=np.int64)])
+        self.oidx = np.concatenate([self.oidx, np.empty(self.oidx.shape[0] + extra,
+                                                        dtype=np.int64)])
+
+
 class Runtime:
     """One simulated step of DTR (see the module docstring).
 
@@ -201,8 +250,7 @@ class Runtime:
 
     Attributes
     ----------
-    kind, node, nbytes, outs : list
-        The events so far (event codes, node ids, bytes, local output indexes).
+    events : Events
     remats : ndarray of int64, shape (n,)
         Rematerializations per node.
     evictions : int
@@ -211,29 +259,43 @@ class Runtime:
 
     def __init__(self, g, budget, heuristic, max_overhead):
         self.g = g
-        self.S = Static(g)
+        S = self.S = Static(g)
         self.budget = budget
         self.code = _h.heuristic_code(heuristic)
         self.limit = max_overhead * float(g.total_cost())
         self.fold = EventFold(g)
-        n_slot = self.S.n_slot
+        self.events = Events()
+        self.folded = 0
+        n_slot = S.n_slot
         self.mat = np.zeros(n_slot, dtype=bool)       # slot is material
         self.ever = np.zeros(n_slot, dtype=bool)      # slot made at least once
         self.held = np.zeros(n_slot, dtype=np.int64)  # material slots per storage
         self.made = np.zeros(n_slot, dtype=bool)      # storage made at least once
         self.lock = np.zeros(n_slot, dtype=np.int64)
+        self.blocked = np.zeros(n_slot, dtype=bool)
         self.last = np.full(n_slot, -np.inf)
         self.stamp = np.zeros(n_slot, dtype=np.int64)
         self.ecn = np.full(n_slot, -1, dtype=np.int64)
         self.eq = _h.EqClasses()
         self.clock = 1.0
         self.n_stamp = 0
-        self.kind, self.node, self.nbytes, self.outs = [], [], [], []
         self.remats = np.zeros(g.n, dtype=np.int64)
         self.remat_cost = 0.0
         self.evictions = 0
         self.retained = []
         self.position = 0
+        # plain lists for the per-event Python code
+        f = S.f
+        self.out_ptr = f.out_ptr.tolist()
+        self.out_node = f.out_node.tolist()
+        self.out_bytes = f.out_bytes.tolist()
+        self.state = f.state.tolist()
+        self.fpos = f.fpos.tolist()
+        self.n_out = f.n_out
+        self.storage = S.storage.tolist()
+        self.size = S.size.tolist()
+        self.cost = [float(c) for c in g.cost.tolist()]
+        self.nb = [S.nb_idx[S.nb_ptr[s]:S.nb_ptr[s + 1]].tolist() for s in range(n_slot)]
 
     # -- the program ------------------------------------------------------------------------
 
@@ -244,31 +306,35 @@ class Runtime:
             self._call(_k.FORWARD, v, p, self.S.fwd_reads[v])
         for q, v in enumerate(f.bwd.tolist()):
             self._call(_k.BACKWARD, v, f.n + q, self.S.bwd_reads[v])
+        self.fold.apply(*self.events.window(self.folded, self.events.n))
+        self.folded = self.events.n
+        if self.fold.high > self.budget:  # the evictions freed less than they should have
+            raise RuntimeError(f"DTR runtime: peak {self.fold.high} bytes above the budget")
         return self
 
     def _call(self, kind, v, p, reads):
         f = self.S.f
         self.position = p
         self._acquire(reads)
-        lo, hi = int(f.out_ptr[v]), int(f.out_ptr[v + 1])
+        lo, hi = self.out_ptr[v], self.out_ptr[v + 1]
         if kind == _k.FORWARD:
             outs = list(range(hi - lo))
-            nbytes = int(f.out_bytes[lo:hi].sum() + f.state[v])
+            nbytes = sum(self.out_bytes[lo:hi]) + self.state[v]
         else:
             outs = []
             nbytes = int(f.out_bytes[lo:hi][f.grad_out[lo:hi]].sum())
         self._room(kind, v, nbytes, outs)
-        self._apply(kind, v, nbytes, outs)
-        self.clock += float(self.g.cost[v])
+        self.events.add(kind, v, nbytes, outs)
+        self.clock += self.cost[v]
         if kind == _k.FORWARD:  # the outputs join the pool before the reads rejoin it
-            self._materialized(list(range(lo, hi)) + ([f.n_out + v] if f.state[v] > 0 else []),
+            self._materialized(list(range(lo, hi)) + ([self.n_out + v] if self.state[v] else []),
                                fresh=True)
         for a in reads:
             self._unlock(a)
         if kind == _k.FORWARD and p == f.n - 1:
             self._seeds()
         elif kind == _k.BACKWARD and f.grad_out[lo:hi].any():
-            self._apply(_k.FREE_GRAD, v, nbytes, [])
+            self.events.add(_k.FREE_GRAD, v, nbytes, [])
         self._free_dead(self.S.dying[p])
         if self.retained:
             self._recheck_retained()
@@ -276,10 +342,10 @@ class Runtime:
     def _seeds(self):
         f = self.S.f
         for o in np.flatnonzero(f.seed).tolist():
-            u = int(f.out_node[o])
-            outs = [o - int(f.out_ptr[u])]
-            self._room(_k.SEED_GRAD, u, int(f.out_bytes[o]), outs)
-            self._apply(_k.SEED_GRAD, u, int(f.out_bytes[o]), outs)
+            u = self.out_node[o]
+            outs = [o - self.out_ptr[u]]
+            self._room(_k.SEED_GRAD, u, self.out_bytes[o], outs)
+            self.events.add(_k.SEED_GRAD, u, self.out_bytes[o], outs)
 
     # -- pinning and rematerialization ---------------------------------------------------------
 
@@ -295,7 +361,7 @@ class Runtime:
         """Mark `reads` accessed now, pin the material ones; return the others."""
         missing = []
         for a in reads:
-            s = self.S.storage[a]
+            s = self.storage[a]
             if s >= 0:
                 self.last[s] = self.clock
             if self.mat[a]:
@@ -307,13 +373,14 @@ class Runtime:
     def _rematerialize(self, a):
         """Make slot `a` material again by replaying its function, and what that needs first
         (depth first, without recursion: chains of evicted arrays can be as long as G)."""
-        frames = [self._frame(int(self.S.prod[a]))]
+        prod = self.S.prod
+        frames = [self._frame(int(prod[a]))]
         while frames:
             u, reads, missing = frames[-1]
             while missing and self.mat[missing[-1]]:
                 self._lock(missing.pop())
             if missing:
-                frames.append(self._frame(int(self.S.prod[missing[-1]])))
+                frames.append(self._frame(int(prod[missing[-1]])))
                 continue
             self._replay(u)
             for x in reads:
@@ -324,7 +391,7 @@ class Runtime:
         """Start replaying node `u`: (u, its reads, the evicted ones to make first, last
         first)."""
         S = self.S
-        if S.frozen[u] or (S.stoch[u] and not self.mat[S.f.n_out + u]):
+        if S.frozen[u] or (S.stoch[u] and not self.mat[self.n_out + u]):
             raise RuntimeError(f"DTR runtime: node {self.g.labels[u]!r} cannot be replayed "
                                "(an eviction check failed)")
         reads = S.remat_reads[u]
@@ -334,17 +401,17 @@ class Runtime:
     def _replay(self, u):
         """A REMATERIALIZE of `u`: it makes the outputs and state of `u` that are not
         material."""
-        f, S = self.S.f, self.S
-        self._room(_k.REMATERIALIZE, u, 0, [])
-        lo, hi = int(f.out_ptr[u]), int(f.out_ptr[u + 1])
+        self._room(_k.REMATERIALIZE, u, 0, ())
+        lo, hi = self.out_ptr[u], self.out_ptr[u + 1]
         made = [o for o in range(lo, hi) if not self.mat[o]]
-        if f.state[u] > 0 and not S.stoch[u] and not self.mat[f.n_out + u]:
-            made.append(f.n_out + u)
-        nbytes = int(S.size[made].sum())
-        self._apply(_k.REMATERIALIZE, u, nbytes, [o - lo for o in made if o < hi])
-        self.clock += float(self.g.cost[u])
+        s = self.n_out + u
+        if self.state[u] and not self.S.stoch[u] and not self.mat[s]:
+            made.append(s)
+        nbytes = sum(self.size[a] for a in made)
+        self.events.add(_k.REMATERIALIZE, u, nbytes, [o - lo for o in made if o < hi])
+        self.clock += self.cost[u]
         self.remats[u] += 1
-        self.remat_cost += float(self.g.cost[u])
+        self.remat_cost += self.cost[u]
         self._materialized(made, fresh=False)
         if self.remat_cost > self.limit:
             raise self._infeasible(
@@ -353,12 +420,12 @@ class Runtime:
                 f"while replaying node {self.g.labels[u]!r}")
 
     def _lock(self, a):
-        s = self.S.storage[a]
+        s = self.storage[a]
         if s >= 0:
             self.lock[s] += 1
 
     def _unlock(self, a):
-        s = self.S.storage[a]
+        s = self.storage[a]
         if s >= 0:
             self.lock[s] -= 1
             if self.lock[s] == 0 and self.held[s] > 0:
@@ -373,7 +440,7 @@ class Runtime:
         for a in slots:
             self.mat[a] = True
             self.ever[a] = True
-            s = self.S.storage[a]
+            s = self.storage[a]
             if s < 0:
                 continue
             if self.held[s] == 0:
@@ -390,45 +457,49 @@ class Runtime:
     # -- eviction and freeing --------------------------------------------------------------------
 
     def _room(self, kind, v, nbytes, outs):
-        """Evict until event (kind, v) fits the budget."""
-        need = self.fold.need(kind, v, nbytes, outs)
-        blocked = []
-        while self.fold.used + need > self.budget:
-            s = self._victim(blocked)
+        """Evict until event (kind, v) fits the budget: the fold says what it needs; an
+        eviction frees its storage's bytes (:meth:`run` checks the fold's peak at the end)."""
+        ev = self.events
+        ev.put(kind, v, nbytes, outs)
+        need = self.fold.need(*ev.window(self.folded, ev.n + 1))
+        self.folded = ev.n
+        used = self.fold.used
+        while used + need > self.budget:
+            s = self._victim()
             if s < 0:
                 raise self._infeasible(
                     f"DTR cannot run the {_k.EVENT_CODES[kind]} of node {self.g.labels[v]!r}: "
-                    f"it needs {self.fold.used + need} bytes "
-                    f"({format_size(self.fold.used + need)}) with every evictable array "
-                    f"evicted")
+                    f"it needs {used + need} bytes ({format_size(used + need)}) with every "
+                    "evictable array evicted")
             self._evict(s)
+            used -= self.size[s]
+        self.blocked[:] = False
 
-    def _victim(self, blocked):
+    def _victim(self):
         """The storage the heuristic evicts next (-1: none); storages that could not be made
-        again are skipped and added to `blocked`."""
+        again are skipped (and blocked until the next allocation)."""
         S = self.S
         while True:
-            cand = S.evictable & (self.held > 0) & (self.lock == 0)
-            cand[blocked] = False
-            s = _h.choose(self.code, cand, S.size, S.cost, self.last, self.stamp, self.clock,
-                          S.nb_ptr, S.nb_idx, self.made & (self.held == 0), self.ecn,
-                          self.eq.parent, self.eq.value)
+            s = int(_h.choose(self.code, S.evictable, self.held, self.lock, self.blocked,
+                              S.size, S.cost, self.last, self.stamp, self.clock, S.nb_ptr,
+                              S.nb_idx, self.made, self.ecn, self.eq.parent, self.eq.value))
             if s < 0 or not S.fragile or all(self._rebuildable(a, {}) for a in S.members[s]):
-                return int(s)
-            blocked.append(int(s))
+                return s
+            self.blocked[s] = True
 
     def _evict(self, s):
         """Evict storage `s`: every material slot of it, one event per node."""
-        f = self.S.f
         slots = [a for a in self.S.members[s] if self.mat[a]]
-        if s >= f.n_out:
-            v = s - f.n_out
-            self._apply(_k.EVICT_STATE, v, int(f.state[v]), [])
+        if s >= self.n_out:
+            v = s - self.n_out
+            self.events.add(_k.EVICT_STATE, v, self.state[v], [])
         else:
-            for u in sorted({int(f.out_node[a]) for a in slots}, key=f.fpos.__getitem__):
-                lo = int(f.out_ptr[u])
-                ks = [a - lo for a in slots if f.out_node[a] == u]
-                self._apply(_k.EVICT, u, int(f.out_bytes[[lo + k for k in ks]].sum()), ks)
+            nodes = sorted({self.out_node[a] for a in slots}, key=self.fpos.__getitem__)
+            for u in nodes:
+                lo = self.out_ptr[u]
+                mine = [a for a in slots if self.out_node[a] == u]
+                self.events.add(_k.EVICT, u, sum(self.out_bytes[a] for a in mine),
+                                [a - lo for a in mine])
         for a in slots:
             self.mat[a] = False
         self.held[s] = 0
@@ -438,11 +509,10 @@ class Runtime:
     def _join_neighbourhood(self, s):
         """Storage `s` is no longer material: a new class, merged with its evicted
         neighbours' (simrd: RuntimeV2Optimized._evict)."""
-        self.ecn[s] = self.eq.new(self.S.cost[s])
-        S = self.S
-        for t in S.nb_idx[S.nb_ptr[s]:S.nb_ptr[s + 1]].tolist():
+        mine = self.ecn[s] = self.eq.new(self.S.cost[s])
+        for t in self.nb[s]:
             if self.made[t] and self.held[t] == 0 and self.ecn[t] >= 0:
-                self.eq.merge(self.ecn[t], self.ecn[s])
+                self.eq.merge(self.ecn[t], mine)
 
     def _free_dead(self, slots):
         """Free the material slots among `slots` (dead now; in :attr:`Static.dying` order)
@@ -460,28 +530,29 @@ class Runtime:
     def _emit_frees(self, slots):
         """FREE_STATE and FREE_VALUE events for `slots` (states, then values, both in forward
         order), grouped as the schedule groups its frees: one event per node."""
-        f = self.S.f
+        n_out = self.n_out
         i = 0
         while i < len(slots):
             a = slots[i]
-            if a >= f.n_out:
+            if a >= n_out:
                 self._free(a)
-                self._apply(_k.FREE_STATE, a - f.n_out, int(f.state[a - f.n_out]), [])
+                self.events.add(_k.FREE_STATE, a - n_out, self.state[a - n_out], [])
                 i += 1
                 continue
-            u = int(f.out_node[a])
+            u = self.out_node[a]
             j = i
-            while j < len(slots) and slots[j] < f.n_out and f.out_node[slots[j]] == u:
+            while j < len(slots) and slots[j] < n_out and self.out_node[slots[j]] == u:
                 self._free(slots[j])
                 j += 1
-            lo = int(f.out_ptr[u])
+            lo = self.out_ptr[u]
             group = slots[i:j]
-            self._apply(_k.FREE_VALUE, u, int(f.out_bytes[group].sum()), [b - lo for b in group])
+            self.events.add(_k.FREE_VALUE, u, sum(self.out_bytes[b] for b in group),
+                            [b - lo for b in group])
             i = j
 
     def _free(self, a):
         self.mat[a] = False
-        s = self.S.storage[a]
+        s = self.storage[a]
         if s >= 0:
             self.held[s] -= 1
             if self.held[s] == 0:
@@ -493,14 +564,14 @@ class Runtime:
         for a in self.retained:
             (keep if self._must_keep(a) else free).append(a)
         self.retained = keep
-        f = self.S.f
-        self._emit_frees(sorted(free, key=lambda a: (a < f.n_out, f.fpos[self.S.prod[a]], a)))
+        prod = self.S.prod
+        self._emit_frees(sorted(free, key=lambda a: (a < self.n_out, self.fpos[prod[a]], a)))
 
     # -- what can be made again (only where some function cannot be replayed) -----------------
 
     def _replayable(self, u):
         S = self.S
-        return not S.frozen[u] and not (S.stoch[u] and not self.mat[S.f.n_out + u])
+        return not S.frozen[u] and not (S.stoch[u] and not self.mat[self.n_out + u])
 
     def _rebuildable(self, a, memo):
         """Slot `a`, were it not material, could be made again by replays (`memo`: node ->
@@ -516,7 +587,7 @@ class Runtime:
                 memo[u] = False
                 stack.pop()
                 continue
-            args = [x for x in S.remat_reads[u] if x < S.f.n_out and not self.mat[x]]
+            args = [x for x in S.remat_reads[u] if x < self.n_out and not self.mat[x]]
             todo = [int(S.prod[x]) for x in args if int(S.prod[x]) not in memo]
             if todo:
                 stack.extend(todo)
@@ -541,27 +612,8 @@ class Runtime:
 
     def _must_keep(self, a):
         """Slot `a` is dead but cannot be made again and an evicted array may need it."""
-        n_out = self.S.f.n_out
-        stoch_state = a >= n_out and self.S.stoch[a - n_out]
+        stoch_state = a >= self.n_out and self.S.stoch[a - self.n_out]
         return (stoch_state or not self._rebuildable(a, {})) and self._needed(a)
-
-    # -- events ------------------------------------------------------------------------------------
-
-    def _apply(self, kind, v, nbytes, outs):
-        self.fold.apply(kind, v, nbytes, outs)
-        self.kind.append(kind)
-        self.node.append(v)
-        self.nbytes.append(nbytes)
-        self.outs.append(outs)
 
     def _infeasible(self, reason):
         return InfeasibleBudgetError(self.budget, method="dtr", reason=reason)
-
-    def arrays(self):
-        """The events as arrays ``(kind, node, nbytes, optr, oidx)`` (see
-        :class:`lowerset.Schedule`)."""
-        optr = np.zeros(len(self.outs) + 1, dtype=np.int64)
-        optr[1:] = np.cumsum([len(o) for o in self.outs])
-        oidx = np.array([k for o in self.outs for k in o], dtype=np.int64)
-        return (np.array(self.kind, dtype=np.int64), np.array(self.node, dtype=np.int64),
-                np.array(self.nbytes, dtype=np.int64), optr, oidx)

@@ -132,5 +132,5 @@ def dtr(G, budget, heuristic="dtr", max_overhead=50):
     start = time.perf_counter()
     rt = Runtime(G, budget, heuristic, float(max_overhead)).run()
     remats = {G.labels[v]: int(c) for v, c in enumerate(rt.remats.tolist()) if c}
-    return DTRSchedule(G, rt.arrays(), budget, heuristic, remats, rt.evictions,
+    return DTRSchedule(G, rt.events.arrays(), budget, heuristic, remats, rt.evictions,
                        time.perf_counter() - start)
