@@ -51,7 +51,9 @@ class Optimum:
         A proven lower bound of the objective: of the peak in bytes without a budget, of the
         recomputation cost in cost units with one. Equal to it when ``status == "optimal"``.
     status : str
-        "optimal" (proven) or "time_limit" (the best found within the time limit).
+        "optimal" (proven, within HiGHS's tolerance: relative 1e-6), "time_limit" (the best
+        found within the time limit) or "bound" (the general model's coarse relaxation solved:
+        only ``lower_bound`` holds; ``peak`` and ``recompute_cost`` are None).
     strategy : CanonicalStrategy or None
         Canonical model: the plan; its ``schedule.peak`` and ``schedule.recompute_cost`` are
         ``peak`` and ``recompute_cost``. None for the general model.
@@ -61,6 +63,8 @@ class Optimum:
         Wall time, model building included.
     size : tuple of int
         (columns, rows) of the MILP as built.
+    coarse : bool
+        Whether the coarse relaxation was built (see `coarse` of :func:`optimum`).
     """
 
     model: str
@@ -73,9 +77,10 @@ class Optimum:
     recomputed: object = None
     seconds: float = 0.0
     size: tuple = (0, 0)
+    coarse: bool = False
 
 
-def optimum(graph, budget=None, model="canonical", time_limit=None):
+def optimum(graph, budget=None, model="canonical", time_limit=None, *, coarse="auto"):
     """Return the least peak, or the least recomputation within `budget`, of `model`'s plans.
 
     Parameters
@@ -90,6 +95,13 @@ def optimum(graph, budget=None, model="canonical", time_limit=None):
         (see the module docstring).
     time_limit : float, optional
         Seconds for the whole call; past it the result has ``status="time_limit"``.
+    coarse : {"auto", True, False}
+        Build the coarse relaxation, whose recomputations have no positions of their own (memory
+        counted at forwards and backwards only; about 2n positions), instead of the fine model;
+        "auto": where the fine one would have more than ``FINE_LIMIT`` (300,000) slot
+        positions. The canonical model stays exact either way (each solution is scheduled and
+        cut off where the schedule counts more), but converges slower; the general model's
+        coarse optimum is only a lower bound (``status="bound"``).
 
     Returns
     -------
@@ -129,13 +141,15 @@ def optimum(graph, budget=None, model="canonical", time_limit=None):
         from .canonical import solve_canonical as run
     else:
         from .general import solve_general as run
-    res = run(graph, budget, time_limit)
+    if coarse not in ("auto", True, False):
+        raise ArgumentError(f"coarse must be 'auto', True or False, got {coarse!r}")
+    res = run(graph, budget, time_limit, coarse=coarse)
     if res["status"] == "infeasible":
-        least = run(graph, None, time_limit)
+        least = run(graph, None, time_limit, coarse=coarse)
         raise InfeasibleBudgetError(budget, least["peak"] if least["status"] == "optimal"
                                     else None, method=f"optimum/{model}")
     return Optimum(model=model, budget=budget, peak=res["peak"],
                    recompute_cost=res["cost"], lower_bound=res["bound"],
                    status=res["status"], strategy=res.get("strategy"),
                    recomputed=res.get("recomputed"), seconds=res["seconds"],
-                   size=(res["cols"], res["rows"]))
+                   size=(res["cols"], res["rows"]), coarse=res["coarse"])

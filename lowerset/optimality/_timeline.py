@@ -42,6 +42,20 @@ from ..scheduling import _fold, _hooked_arrays, flat_facts
 
 FORWARD, GAP, RECOMPUTE, BACKWARD = range(4)
 
+#: The fine model (a position per recomputation) is built while positions x slots stays at most
+#: this; above, ``coarse="auto"`` builds the coarse relaxation (about 10^5 columns take HiGHS
+#: seconds to minutes; a traced ResNet50 would need about 5 10^6).
+FINE_LIMIT = 300_000
+
+
+def is_coarse(coarse, g, n_run_positions):
+    """Resolve ``coarse="auto"`` for a model whose runs would take `n_run_positions`."""
+    if coarse != "auto":
+        return bool(coarse)
+    f = flat_facts(g)
+    slots = f.n_out + int((f.state > 0).sum())
+    return (g.n + 1 + f.bwd.shape[0] + n_run_positions) * slots > FINE_LIMIT
+
 
 def gradient_levels(g):
     """Bytes of gradients in use, from the schedule's fold of the gradient events alone.
@@ -90,6 +104,9 @@ class Timeline:
         Whether a node may be recomputed in a forward stage (general model); None: never.
     backward_candidates : list of list of int
         Per backward step q, the nodes that may be recomputed in it.
+    coarse : bool
+        Give the recomputations no positions of their own (a relaxation for large graphs, see
+        below).
 
     Attributes
     ----------
@@ -101,41 +118,60 @@ class Timeline:
         (kind, node, stage) per position; stage is t for forward stages, q for backward ones.
     alive : dict
         (slot, position) -> column.
+
+    Notes
+    -----
+    With `coarse`, a stage's recomputations happen between its first position and the one
+    before it: a run needs each argument alive at the stage's start or made by a run of the
+    same stage, and its outputs count from the stage's end on. Memory is counted at the
+    forwards and backwards only (not at the runs themselves, nor their workspace), so the model
+    is a relaxation with about 2n positions instead of up to n^2.
     """
 
-    def __init__(self, g, milp, forward_recompute, backward_candidates):
-        self.g, self.milp = g, milp
+    def __init__(self, g, milp, forward_recompute, backward_candidates, coarse=False):
+        self.g, self.milp, self.coarse = g, milp, coarse
         f = self.f = flat_facts(g)
-        self.n_slots = f.n_out + g.n
         self.peak = milp.var(f.resident, np.inf)
         self.positions, self.rvar, self.runs = [], [], []
+        self.run_stage = []   # per run: (position before its stage, position ending it)
         self.target_pos = np.empty(g.n, dtype=np.int64)
         fwd = f.fwd.tolist()
         for t, v in enumerate(fwd):
+            first = len(self.runs)
             for u in fwd[:t] if forward_recompute is not None else ():
                 if forward_recompute(u):
                     self._run(u, t, -1)
-            self.target_pos[v] = len(self.positions)
-            self.positions.append((FORWARD, v, t))
-            self.rvar.append(-1)
-        self.gap = len(self.positions)
-        self.positions.append((GAP, -1, -1))
-        self.rvar.append(-1)
+            self.target_pos[v] = self._position(FORWARD, v, t, first)
+        self.gap = self._position(GAP, -1, -1, len(self.runs))
         self.backward_pos = []
         for q, j in enumerate(f.bwd.tolist()):
+            first = len(self.runs)
             for u in sorted(backward_candidates[q], key=lambda u: f.fpos[u]):
                 self._run(u, q, q)
-            self.backward_pos.append(len(self.positions))
-            self.positions.append((BACKWARD, j, q))
-            self.rvar.append(-1)
+            self.backward_pos.append(self._position(BACKWARD, j, q, first))
         self.alive = {}
         self._alive_columns()
         self._memory_rows()
+
+    def _position(self, kind, v, stage, first_run):
+        """Append a position; in coarse mode it ends the stage of runs ``first_run:``."""
+        p = len(self.positions)
+        self.positions.append((kind, v, stage))
+        self.rvar.append(-1)
+        if self.coarse:
+            for i in range(first_run, len(self.runs)):
+                self.run_stage[i] = (p - 1, p)
+        return p
 
     def _run(self, u, stage, q):
         kind = FORWARD if q < 0 else RECOMPUTE
         col = self.milp.binary()
         self.runs.append((col, u, q))
+        if self.coarse:
+            self.run_stage.append(None)
+            return
+        p = len(self.positions)
+        self.run_stage.append((p, p))
         self.positions.append((kind, u, stage))
         self.rvar.append(col)
 
@@ -150,73 +186,104 @@ class Timeline:
         f = self.f
         return int(f.out_node[x]) if x < f.n_out else x - f.n_out
 
+    def _read_slots(self, v, run):
+        """Slots a forward (`run` False) or a recomputation of node v reads."""
+        f = self.f
+        out = [int(f.arg_out[a]) for a in range(f.arg_ptr[v], f.arg_ptr[v + 1])
+               if f.arg_out[a] >= 0]
+        if run and f.stoch[v] and f.state[v] > 0:
+            out.append(f.n_out + v)
+        return out
+
+    def _makes_slot(self, x, v, run):
+        """Whether a forward (`run` False) or a recomputation of node v makes slot x."""
+        if v != self.owner(x):
+            return False
+        return not (run and x >= self.f.n_out and self.f.stoch[v])
+
     def _reads(self):
-        """Per slot, the reads: list of (position, column R or -1 for a certain read)."""
-        f, reads = self.f, {}
-        for p, (kind, v, stage) in enumerate(self.positions):
-            if kind == FORWARD or kind == RECOMPUTE:
-                col = self.rvar[p]
-                for a in range(f.arg_ptr[v], f.arg_ptr[v + 1]):
-                    o = int(f.arg_out[a])
-                    if o >= 0:
-                        reads.setdefault(o, []).append((p, col))
-                if col >= 0 and f.stoch[v] and f.state[v] > 0:
-                    reads.setdefault(f.n_out + v, []).append((p, col))
+        """Per slot: certain reads (positions) and reads by runs ((run index, position))."""
+        f, certain, by_run = self.f, {}, {}
+        for p, (kind, v, _) in enumerate(self.positions):
+            if kind == FORWARD and self.rvar[p] < 0:
+                for x in self._read_slots(v, False):
+                    certain.setdefault(x, set()).add(p)
             elif kind == BACKWARD:
-                for r in range(f.rarg_ptr[v], f.rarg_ptr[v + 1]):
-                    o = int(f.arg_out[f.rarg_idx[r]])
-                    if o >= 0:
-                        reads.setdefault(o, []).append((p, -1))
-                for r in range(f.rout_ptr[v], f.rout_ptr[v + 1]):
-                    reads.setdefault(int(f.rout_idx[r]), []).append((p, -1))
+                xs = [int(f.arg_out[f.rarg_idx[r]]) for r in range(f.rarg_ptr[v], f.rarg_ptr[v + 1])]
+                xs += [int(f.rout_idx[r]) for r in range(f.rout_ptr[v], f.rout_ptr[v + 1])]
                 if f.state[v] > 0:
-                    reads.setdefault(f.n_out + v, []).append((p, -1))
+                    xs.append(f.n_out + v)
+                for x in xs:
+                    if x >= 0:
+                        certain.setdefault(x, set()).add(p)
         for x in range(f.n_out):
             h = int(f.held[x])
             if h >= 0:
-                reads.setdefault(x, []).append((int(self.target_pos[f.fwd[h]]), -1))
-        return reads
+                certain.setdefault(x, set()).add(int(self.target_pos[f.fwd[h]]))
+        for i, (col, v, _) in enumerate(self.runs):
+            for x in self._read_slots(v, True):
+                by_run.setdefault(x, []).append(i)
+        return certain, by_run
 
-    def _makes(self, x, p):
-        """Column R (or -1 for the forward) when position p makes slot x, else None."""
-        kind, v, _ = self.positions[p]
-        if kind not in (FORWARD, RECOMPUTE) or v != self.owner(x):
-            return None
-        col = self.rvar[p]
-        if x >= self.f.n_out and col >= 0 and self.f.stoch[v]:
-            return None   # a stochastic recomputation reuses the kept state
-        return col
+    def _makers(self):
+        """Per (slot, position): the run indexes that make the slot there (coarse: in the stage
+        that position ends)."""
+        out = {}
+        for i, (col, v, _) in enumerate(self.runs):
+            p = self.run_stage[i][1]
+            for x in self._owned(v):
+                if self._makes_slot(x, v, True):
+                    out.setdefault((x, p), []).append(i)
+        return out
+
+    def _owned(self, v):
+        f = self.f
+        xs = list(range(f.out_ptr[v], f.out_ptr[v + 1]))
+        if f.state[v] > 0:
+            xs.append(f.n_out + v)
+        return xs
 
     def _alive_columns(self):
         f, m = self.f, self.milp
-        reads = self._reads()
+        certain, by_run = self._reads()
+        makers = self._makers()
         self.window = {}
         for x in self.slots():
             c = int(self.target_pos[self.owner(x)])
             if x < f.n_out and f.returned[x]:
                 self.window[x] = (c, len(self.positions) - 1, True)
                 continue
-            last = max([c] + [p for p, _ in reads.get(x, ())])
+            reads = by_run.get(x, ())
+            # a run reads x at its own position (fine) or at its stage's start (coarse)
+            last = max([c] + list(certain.get(x, ())) + [self.run_stage[i][0] for i in reads])
             self.window[x] = (c, last, False)
-            certain = {p for p, col in reads.get(x, ()) if col < 0}
-            by_pos = {}
-            for p, col in reads.get(x, ()):
-                if col >= 0:
-                    by_pos.setdefault(p, []).append(col)
             prev = None
             for p in range(c, last + 1):
-                a = m.var(1.0 if (p == c or p in certain) else 0.0, 1.0)
+                a = m.var(1.0 if (p == c or p in certain.get(x, ())) else 0.0, 1.0)
                 self.alive[x, p] = a
-                made = self._makes(x, p)
+                made = [self.runs[i][0] for i in makers.get((x, p), ())]
                 if prev is not None:
-                    if made is None:
-                        m.row([(a, 1), (prev, -1)], ub=0)
-                    elif made >= 0:
-                        m.row([(a, 1), (prev, -1), (made, -1)], ub=0)
-                        m.row([(a, 1), (made, -1)], lb=0)
-                for col in by_pos.get(p, ()):
-                    m.row([(a, 1), (col, -1)], lb=0)
+                    m.row([(a, 1), (prev, -1)] + [(r, -1) for r in made], ub=0)
+                if not self.coarse:
+                    for r in made:
+                        m.row([(a, 1), (r, -1)], lb=0)
                 prev = a
+            for i in reads:
+                self._available(x, i, makers)
+
+    def _available(self, x, i, makers):
+        """Rows: run i finds slot x alive (fine: at its position; coarse: at its stage's start,
+        or made by a run of the same stage)."""
+        col = self.runs[i][0]
+        before, at = self.run_stage[i]
+        if not self.coarse:
+            self.milp.row([(self.alive[x, at], 1), (col, -1)], lb=0)
+            return
+        same = [self.runs[k][0] for k in makers.get((x, at), ()) if k != i]
+        terms = [(col, 1)] + [(r, -1) for r in same]
+        if (x, before) in self.alive:
+            terms.append((self.alive[x, before], -1))
+        self.milp.row(terms, ub=0)
 
     # -- memory ------------------------------------------------------------------------------
 

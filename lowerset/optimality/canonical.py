@@ -5,11 +5,12 @@ Variables (n nodes, k_q candidates at backward step q, s slots: outputs and stat
 
 - a segment label ``s_v`` in 0..n-1 per node (integer; ``s_u <= s_w`` along every edge): the
   lower-set sequence ``L_i = {v : s_v <= i}``; a *drop* column ``d_v`` per node that may be
-  dropped (not pinned, no returned output, a successor): ``d_v = 1`` exactly when every
-  successor of v has v's label and some node has a larger one (v is in no boundary ``∂(L_i)``
-  and not in the last segment), with binaries ``g_vw`` (w's label is larger) and ``top_v`` (v is
-  in the last segment) for the converse; an in-place function and the array it overwrites are
-  dropped together or kept (:func:`lowerset.dropped_nodes`);
+  dropped (:func:`lowerset.dropped_nodes`: not pinned, no returned output, a consumer, i.e. a
+  node that reads one of its outputs): ``d_v = 1`` exactly when every consumer of v has v's
+  label and some node has a larger one (v is in no boundary ``∂(L_i)`` and not in the last
+  segment), with binaries ``g_vw`` (consumer w's label is larger) and ``top_v`` (v is in the
+  last segment) for the converse; an in-place function and the array it overwrites are dropped
+  together or kept;
 - a recomputation column ``r_vq`` for each node v that backward step q may recompute (v is
   needed by the backward of ``bwd[q]``, directly or through dropped inputs of such a node):
   ``r_vq <= d_v``, ``sum_q r_vq <= 1``, and ``r_vq`` only where the backward of ``bwd[q]``
@@ -43,19 +44,24 @@ import numpy as np
 from ..refine import strategy_of_labels
 from ..scheduling import _drop_rule, dropped_of_labels, flat_facts
 from ._milp import Milp, floor_bound, proven
-from ._timeline import Timeline
+from ._timeline import Timeline, is_coarse
 
 class CanonicalModel:
     """The MILP of the module docstring for graph `g`."""
 
-    def __init__(self, g):
+    def __init__(self, g, coarse="auto"):
         self.g = g
         f = self.f = flat_facts(g)
-        _, _, droppable, tie = _drop_rule(g)
+        src, dst, droppable, tie = _drop_rule(g)
         self.droppable = droppable
+        # the consumers of each node's outputs (edges that carry an array)
+        self.consumers = [[] for _ in range(g.n)]
+        for u, w in zip(src.tolist(), dst.tolist()):
+            self.consumers[u].append(w)
         self.milp = m = Milp()
         self.cands = [self._candidates(q) for q in range(f.bwd.shape[0])]
-        self.tl = Timeline(g, m, None, self.cands)
+        self.coarse = is_coarse(coarse, g, sum(len(c) for c in self.cands))
+        self.tl = Timeline(g, m, None, self.cands, self.coarse)
         self._labels(tie)
         self._recomputations()
         self._dropped_gone()
@@ -106,7 +112,7 @@ class CanonicalModel:
         for v in np.flatnonzero(self.droppable).tolist():
             d = raw[v] = m.binary()
             s = self.label[v]
-            succs = g.succ_idx[g.succ_ptr[v]:g.succ_ptr[v + 1]].tolist()
+            succs = self.consumers[v]
             m.row([(s, 1), (d, 1)], ub=K - 1)
             either = [(d, 1)]
             for w in succs:
@@ -149,8 +155,7 @@ class CanonicalModel:
             m.row([(col, 1), (self.drop[v], -1)], ub=0)
             if v in self._direct(q):
                 continue
-            cons = [at[w, q] for w in self.g.succ_idx[self.g.succ_ptr[v]:self.g.succ_ptr[v + 1]]
-                    .tolist() if (w, q) in at]
+            cons = [at[w, q] for w in self.consumers[v] if (w, q) in at]
             m.row([(col, 1)] + [(c, -1) for c in cons], ub=0)
         for v, cols in by_node.items():
             m.row([(c, 1) for c in cols], ub=1)
@@ -204,7 +209,7 @@ class CanonicalModel:
                           lb=cost * rhs)
 
 
-def solve_canonical(g, budget, time_limit):
+def solve_canonical(g, budget, time_limit, coarse="auto"):
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget`.
 
     Returns
@@ -213,14 +218,15 @@ def solve_canonical(g, budget, time_limit):
         ``bound`` bounds the objective (bytes without a budget, cost units with one).
     """
     t0 = time.perf_counter()
-    model = CanonicalModel(g)
+    model = CanonicalModel(g, coarse)
 
     def left():
         if time_limit is None:
             return None
         return time_limit - (time.perf_counter() - t0)
 
-    out = {"cuts": 0, "rows": model.milp.n_rows, "cols": model.milp.n_cols}
+    out = {"cuts": 0, "rows": model.milp.n_rows, "cols": model.milp.n_cols,
+           "coarse": model.coarse}
     if budget is None:
         res = _least_peak(model, left)
         out.update(res)

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..scheduling import flat_facts
 from ._milp import Milp, floor_bound
-from ._timeline import Timeline
+from ._timeline import Timeline, is_coarse
 
 def _last_reads(g):
     """Per node, the last backward step at which its outputs or state may be read (-1: none)."""
@@ -49,9 +49,11 @@ def _last_reads(g):
             s = int(f.arg_node[f.rarg_idx[r]])
             if s >= 0:
                 last[s] = max(last[s], q)
-    for v in f.fwd.tolist()[::-1]:   # a recomputation of a consumer reads every argument
-        for w in g.succ_idx[g.succ_ptr[v]:g.succ_ptr[v + 1]].tolist():
-            last[v] = max(last[v], last[w])
+    for w in f.fwd.tolist()[::-1]:   # a recomputation of a consumer reads every argument
+        for a in range(f.arg_ptr[w], f.arg_ptr[w + 1]):
+            v = int(f.arg_node[a])
+            if v >= 0:
+                last[v] = max(last[v], last[w])
     return last
 
 
@@ -67,14 +69,17 @@ def _reruns(g):
 class GeneralModel:
     """The MILP of the module docstring for graph `g`."""
 
-    def __init__(self, g, once=False):
+    def __init__(self, g, once=False, coarse="auto"):
         self.g = g
         f = flat_facts(g)
         ok, last = _reruns(g), _last_reads(g)
         cands = [[v for v in range(g.n) if ok[v] and last[v] >= q]
                  for q in range(f.bwd.shape[0])]
         self.milp = Milp()
-        self.tl = Timeline(g, self.milp, lambda u: bool(ok[u]), cands)
+        n_runs = sum(len(c) for c in cands) + sum(
+            int(ok[f.fwd[:t]].sum()) for t in range(g.n))
+        self.coarse = is_coarse(coarse, g, n_runs)
+        self.tl = Timeline(g, self.milp, lambda u: bool(ok[u]), cands, self.coarse)
         self.cost = {col: int(g.cost[v]) for col, v, _ in self.tl.runs}
         if once:   # each value recomputed at most once (anywhere)
             by_node = {}
@@ -84,7 +89,7 @@ class GeneralModel:
                 self.milp.row([(c, 1) for c in cols], ub=1)
 
 
-def solve_general(g, budget, time_limit, once=False):
+def solve_general(g, budget, time_limit, once=False, coarse="auto"):
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget` then
     the peak at it; with `once`, over schedules that recompute each value at most once.
 
@@ -95,13 +100,13 @@ def solve_general(g, budget, time_limit, once=False):
         ``recomputed`` counts the runs per node beyond the first (ndarray of int64, shape (n,)).
     """
     t0 = time.perf_counter()
-    model = GeneralModel(g, once)
+    model = GeneralModel(g, once, coarse)
     m, P = model.milp, model.tl.peak
 
     def left():
         return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
 
-    out = {"rows": m.n_rows, "cols": m.n_cols}
+    out = {"rows": m.n_rows, "cols": m.n_cols, "coarse": model.coarse}
     first, second = ({P: 1.0}, model.cost) if budget is None else (model.cost, {P: 1.0})
     if budget is not None:
         m.ub[P] = float(budget)
@@ -113,6 +118,9 @@ def solve_general(g, budget, time_limit, once=False):
     bound = floor_bound(sol.bound)
     if sol.values is None:
         out.update(peak=None, cost=None, bound=bound, status="time_limit")
+        return _done(out, t0)
+    if model.coarse:   # a relaxation: its optimum bounds, its solution is no schedule
+        out.update(peak=None, cost=None, bound=bound, status="bound")
         return _done(out, t0)
     status = sol.status
     best = sol.values
