@@ -116,3 +116,21 @@ def test_recomputed_counts_runs_per_node():
     gen = ls.optimum(g, model="general")
     assert gen.recomputed.shape == (5,) and gen.recomputed.dtype == np.int64
     assert int((gen.recomputed * g.cost).sum()) == gen.recompute_cost
+
+
+@settings(max_examples=examples(0.2), deadline=None)
+@given(st.one_of(graphs_with_facts(max_nodes=6), dags(max_nodes=6, max_cost=50, max_memory=100)),
+       st.floats(0, 1))
+def test_coarse_relaxation(g, fraction):
+    """The coarse canonical model reaches the exhaustive optimum through its cuts; the coarse
+    general model bounds the fine one from below."""
+    least, tie, points = exhaustive(g)
+    best = ls.optimum(g, coarse=True)
+    assert best.coarse and best.status == "optimal"
+    assert (best.peak, best.recompute_cost) == (least, tie)
+    budget = int(least + fraction * (max(p for p, _ in points) - least))
+    at = ls.optimum(g, budget, coarse=True)
+    assert at.recompute_cost == min(c for p, c in points if p <= budget)
+    bound = ls.optimum(g, model="general", coarse=True)
+    assert bound.status == "bound" and bound.peak is None
+    assert bound.lower_bound <= ls.optimum(g, model="general").peak
