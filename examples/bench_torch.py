@@ -23,7 +23,11 @@ weights), one training step (forward and backward, no optimizer) is run under ea
 - ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
-  .peak``).
+  .peak``);
+- ``sac_cuts`` (beside ours, not in the targets): a canonical strategy that is not planned, its
+  lower sets ending after each operation the SAC policy saves (:func:`sac_cuts_strategy`),
+  run under ``RecomputeContext``: SAC's choice as a canonical strategy, to measure the
+  planner's search against.
 
 What is measured, each run starting from the same state (parameters, buffers and the random
 generators put back, gradients None):
@@ -40,7 +44,8 @@ generators put back, gradients None):
   plain step. ``torch.compile``: the operations AOTAutograd's backward graph runs again
   (:func:`recomputed_nodes`), counted on its graphs (a dispatch mode sees nothing compiled),
   cross-checked against the graphs' formula FLOPs minus the plain step's. Ours: must equal the
-  plan, the sum of ``graph.attrs[v]["flops"]`` over ``plan.schedule.recomputed``
+  plan, the sum of ``graph.attrs[v]["flops"]`` over ``plan.schedule.recomputed``, plus one
+  per element of the running statistics the executor copies before it runs a BatchNorm again
   (``flops_match_plan``);
 - time per step over plain: ``--rounds`` rounds, each running every configuration once in a
   rotated order so that drift on the machine falls on all alike; the median over rounds of the
@@ -134,10 +139,10 @@ N_BUDGETS = 6
 PREDICTION_TOLERANCE = 0.03
 
 METHODS = ("plain", "checkpoint", "checkpoint_sequential", "sac", "compile_dp", "compile_ilp",
-           "lowerset")
+           "lowerset", "sac_cuts")
 
 #: The PyTorch methods the targets compare ours with.
-PYTORCH_METHODS = METHODS[1:-1]
+PYTORCH_METHODS = METHODS[1:-2]
 
 
 # -- the step and its state -------------------------------------------------------------------
@@ -485,16 +490,33 @@ def _op_packet(name):
 
 
 def planned_flops(graph, plan):
-    """``(all, with a formula)``: FLOPs of the operations ``plan.schedule`` recomputes, from
-    ``graph.attrs[v]["flops"]``; the second counts only operations that
-    ``torch.utils.flop_counter`` has a formula for (what ``FlopCounterMode`` sees)."""
-    total = counted = 0
+    """``(all, formula, copies)`` of the operations ``plan.schedule`` recomputes: their FLOPs
+    from ``graph.attrs[v]["flops"]``, those of the operations ``torch.utils.flop_counter`` has
+    a formula for (what ``FlopCounterMode`` sees), and the elements of the external arrays
+    they write (BatchNorm's running statistics), which the executor copies before running
+    such an operation again (one :class:`FlopCount` counts per element, beside the plan)."""
+    total = counted = copies = 0
     for v in plan.schedule.recomputed:
         attrs = graph.attrs[v]
         total += attrs["flops"]
         if flop_registry.get(_op_packet(attrs["op"])) is not None:
             counted += attrs["flops"]
-    return total, counted
+        for p in attrs.get("mutates", ()):
+            copies += math.prod(attrs["inputs"][p][1])
+    return total, counted, copies
+
+
+def sac_cuts_strategy(graph):
+    """Not planned: the canonical strategy whose lower sets end after each operation the SAC
+    policy saves (:func:`sac_save_list`), in dispatch order. Each segment is then the cheap
+    operations after a saved one and the next saved one, and the plan recomputes the cheap
+    ones from the saved outputs, SAC's choice (what the planner's search is measured
+    against, not one of ours)."""
+    save = sac_save_list()
+    n = len(graph.labels)
+    cuts = [v for v in graph.labels if _op_packet(graph.attrs[v]["op"]) in save and v < n - 1]
+    return lowerset.CanonicalStrategy(graph, [set(range(v + 1)) for v in cuts]
+                                      + [set(graph.labels)])
 
 
 def budgets_between(least, plain, n=N_BUDGETS):
@@ -645,12 +667,15 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
         by_setting[row] = cfg
         configs.append(cfg)
 
-    for b, plan in zip(budgets, plans):
+    sac_cuts = sac_cuts_strategy(graph)
+    for method, b, plan in ([("lowerset", b, p) for b, p in zip(budgets, plans)]
+                            + [("sac_cuts", None, sac_cuts)]):
         ctx = torch_ext.RecomputeContext(plan, model=case.model)
-        total, counted = planned_flops(graph, plan)
-        configs.append(Config("lowerset", b, _with(_entered, ctx, case.step),
+        total, counted, copies = planned_flops(graph, plan)
+        configs.append(Config(method, b, _with(_entered, ctx, case.step),
                               extra={"predicted": plan.schedule.peak,
                                      "planned_flops": total, "planned_formula": counted,
+                                     "running_stat_copies": copies,
                                      "recomputed_ops": len(plan.schedule.recomputed)}))
 
     # measure each configuration once (same compiled graphs: once)
@@ -674,9 +699,10 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
             m.update(recomputed_flops=m["step_flops"] - plain["step_flops"],
                      recomputed_formula=(m["step_formula_flops"]
                                          - plain["step_formula_flops"]))
-        if cfg.method == "lowerset":
+        if cfg.method in ("lowerset", "sac_cuts"):
             m["flops_match_plan"] = (
                 m["recomputed_flops"] == cfg.extra["planned_flops"]
+                + cfg.extra["running_stat_copies"]
                 and m["recomputed_formula"] == cfg.extra["planned_formula"])
         m.update(bitwise=grads, buffers=buffers)
         measured[cfg.key] = m
@@ -944,7 +970,8 @@ def plot(results, path):
     rows_ = math.ceil(n / cols)
     fig, axes = plt.subplots(rows_, cols, figsize=(6 * cols, 4.2 * rows_), squeeze=False)
     styles = {"plain": "ks", "checkpoint": "C0o", "checkpoint_sequential": "C1^", "sac": "C2D",
-              "compile_dp": "C3.--", "compile_ilp": "C4x:", "lowerset": "C5*-"}
+              "compile_dp": "C3.--", "compile_ilp": "C4x:", "lowerset": "C5*-",
+              "sac_cuts": "C6P"}
     for ax, res in zip(axes.flat, results):
         for method in METHODS:
             pts = sorted((r["recomputed_flops"] / 1e9, r["peak"] / 1e6)
@@ -953,7 +980,7 @@ def plot(results, path):
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, styles[method], label=method, markersize=7)
         ax.set_title(f"{res['network']} (batch {res['batch']})")
-        ax.set_xlabel("recomputed GFLOP")
+        ax.set_xlabel("recomputed GFLOP (formulas, else one per output element)")
         ax.set_ylabel("measured peak (MB)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:
@@ -992,6 +1019,9 @@ def main(argv=None):
     picture = args.plot or (ROOT / "docs" / "images" / "bench_torch.png"
                             if args.preset == "cpu" else out.with_suffix(".png"))
     info = machine_info(device)
+    if device.type == "cpu":
+        # steadier step times (freed blocks reused, not re-faulted); no memory figure changes
+        info["allocator"] = _machine.reuse_freed_memory()
     _log(machine_line(info))
     start = time.perf_counter()
     results = [bench_network(name, args.preset, device, ratios=args.ratios,
