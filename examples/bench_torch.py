@@ -893,6 +893,7 @@ def markdown(results, info, preset):
              "FLOPs, recomputed: by torch.utils.flop_counter's formulas, else one per output "
              "element (\"all\"), and by the formulas alone (\"formula\", what "
              "FlopCounterMode counts).", ""]
+    lines += summary_md(results)
     for res in results:
         lines += _network_md(res)
     lines += ["### Targets", "", "| network | " + " | ".join(TARGET_NAMES.values()) + " |",
@@ -904,6 +905,59 @@ def markdown(results, info, preset):
             cells.append("met" if t["met"] else "missed: " + "; ".join(t["misses"]))
         lines.append(f"| {res['network']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def summary_md(results):
+    """Two tables over all networks: each method's least measured peak, and every budget."""
+    names = ("plain",) + PYTORCH_METHODS + ("lowerset", "sac_cuts")
+    out = ["### Least peak of each method", "",
+           "Measured peak (MB), recomputed GFLOP (all / formula) and time x plain at the "
+           "method's least measured peak; * gradients not bitwise equal to the plain step's, "
+           "+ buffers (BatchNorm's running statistics) not equal.", "",
+           "| network | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for res in results:
+        cells = []
+        for method in names:
+            mine = [r for r in res["rows"] if r["method"] == method]
+            if not mine:
+                cells.append("n/a")
+                continue
+            r = min(mine, key=lambda r: (r["peak"], r["recomputed_flops"]))
+            marks = ("" if r["bitwise"] else "*") + ("" if r["buffers"] else "+")
+            at = "" if r["setting"] is None or method == "lowerset" else f" @{r['setting']:g}"
+            cells.append(f"{_mb(r['peak'])}{at}{marks}, {_gf(r['recomputed_flops'])} / "
+                         f"{_gf(r['recomputed_formula'])}, {r['time_ratio']:.2f}x")
+        out.append(f"| {res['network']} | " + " | ".join(cells) + " |")
+    out += ["", "### Every budget", "",
+            "Ours: measured MB, recomputed GFLOP all / formula. Each PyTorch method: "
+            "recomputed GFLOP all / formula where its measured peak fits the budget "
+            "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
+            "| network | budget (MB) | x plain | ours | " + " | ".join(PYTORCH_METHODS) + " |",
+            "|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
+    for res in results:
+        out += [f"| {res['network']} " + line for line in _budget_lines(res)]
+    return out + [""]
+
+
+def _budget_lines(res):
+    lines = []
+    by_all, by_formula = (res["by_budget"][k] for k in RULES)
+    for e, f in zip(by_all, by_formula):
+        mine = e["lowerset"]
+        cells = []
+        for method in PYTORCH_METHODS:
+            r, q = e["methods"][method], f["methods"][method]
+            if method in res["not_applicable"]:
+                cells.append("n/a")
+            elif r is None:
+                cells.append("-")
+            else:
+                cells.append(f"{_gf(r['flops'])}{_at(r)} / {_gf(q['flops'])}{_at(q)}")
+        fit = "" if mine["fits"] else " (over)"
+        lines.append(f"| {_mb(e['budget'])} | {e['budget'] / res['plain_predicted']:.2f} | "
+                     f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
+                     f"{_gf(f['lowerset']['flops'])} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _network_md(res):
@@ -935,24 +989,7 @@ def _network_md(res):
             "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
             "| budget (MB) | x plain | ours | " + " | ".join(PYTORCH_METHODS) + " |",
             "|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
-    by_all, by_formula = (res["by_budget"][k] for k in RULES)
-    for e, f in zip(by_all, by_formula):
-        mine = e["lowerset"]
-        cells = []
-        for method in PYTORCH_METHODS:
-            r, q = e["methods"][method], f["methods"][method]
-            if method in res["not_applicable"]:
-                cells.append("n/a")
-            elif r is None:
-                cells.append("-")
-            else:
-                cells.append(f"{_gf(r['flops'])}{_at(r)} / {_gf(q['flops'])}{_at(q)}")
-        fit = "" if mine["fits"] else " (over)"
-        out.append(f"| {_mb(e['budget'])} | {e['budget'] / res['plain_predicted']:.2f} | "
-                   f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
-                   f"{_gf(f['lowerset']['flops'])} | " + " | ".join(cells) + " |")
-    out.append("")
-    return out
+    return out + _budget_lines(res) + [""]
 
 
 def _at(r):
@@ -1011,7 +1048,12 @@ def main(argv=None):
     parser.add_argument("--plot", default=None,
                         help="picture (default docs/images/bench_torch.png for the cpu preset, "
                              "else bench_torch_<preset>.png in --out)")
+    parser.add_argument("--render", default=None, metavar="JSON",
+                        help="write the markdown and the picture of an earlier run's JSON "
+                             "(beside it, and --plot) without running anything")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(args.render, args.plot)
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -1036,6 +1078,17 @@ def main(argv=None):
     plot(results, picture)
     print(md)
     _log(f"wrote {out.with_suffix('.json')}, {out.with_suffix('.md')}, {picture}")
+
+
+def render(path, picture=None):
+    """Markdown and picture of the run saved in JSON file `path` (the markdown beside it)."""
+    path = pathlib.Path(path)
+    data = json.loads(path.read_text())
+    info, results = data["machine"], data["results"]
+    md = markdown(results, info, data["preset"]) + f"\nWall time: {info['seconds']:.0f} s.\n"
+    path.with_suffix(".md").write_text(md)
+    plot(results, picture or path.with_suffix(".png"))
+    print(md)
 
 
 if __name__ == "__main__":
