@@ -25,9 +25,12 @@ networks' plans.)
 The schedule, hence the peak and the overhead, depends only on the dropped nodes (``V_i ∖
 ∂(L_i)`` for ``i < k``, :func:`lowerset.scheduling.dropped_nodes`), so each distinct dropped set
 is scheduled once. The search is a first-improvement hill climb: it takes the first move that
-improves the objective, resumes the scan from the next node, and stops after a full scan
-without improvement (a local optimum of these moves) or after `max_evaluations` schedules. It
-is a local search, not an optimum over all lower-set sequences.
+improves the objective and resumes the scan from the next node. At a local optimum of these
+moves it tries pairs of moves (the first in order of its own objective, which need not
+improve: keeping one value and dropping another is such a pair) where there are at most
+:data:`PAIR_MOVES` pairs, and climbs on from a pair that improves. It stops when neither
+improves or after `max_evaluations` schedules. It is a local search, not an optimum over all
+lower-set sequences (:func:`lowerset.optimum` measures how far it is).
 
 References
 ----------
@@ -47,6 +50,13 @@ __all__ = ["refine", "MAX_EVALUATIONS"]
 #: Default bound on the distinct schedules one :func:`refine` call computes (about 0.2-0.5 ms
 #: each on graphs of 100-600 nodes); it keeps the result independent of the machine's speed.
 MAX_EVALUATIONS = 4000
+
+#: At a local optimum of single moves, the search tries pairs of moves where there are at most
+#: this many (the square of the single moves' count: graphs up to about 60 nodes; on graphs of
+#: hundreds of nodes the pairs would cost tens of seconds), computing at most PAIR_EVALUATIONS
+#: schedules for them in one call.
+PAIR_MOVES = 40_000
+PAIR_EVALUATIONS = 1000
 
 
 def strategy_of_labels(graph, seg, **meta):
@@ -202,21 +212,55 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     run = _Scheduler(graph)
     seg = segment_labels(strategy)
     best = key(*run(seg))
-    start, changed = 0, False
+    start, changed, pair_cap = 0, False, None
     while len(run.memo) < max_evaluations:
-        for seg2, v in _moves(graph, seg, run.dropped(seg), run.droppable, start):
-            if deadline is not None:
-                deadline()
-            k2 = key(*run(seg2))
-            if k2 < best:
-                seg, best, changed = seg2, k2, True
-                start = v + 1
-                break
-            if len(run.memo) >= max_evaluations:
-                break
-        else:
-            break   # a full scan without improvement: a local optimum
+        found = _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline)
+        if found is None and len(run.memo) < max_evaluations:
+            # a local optimum of single moves: try two moves in a row, the first one's
+            # result in order of its objective (it need not improve by itself)
+            if pair_cap is None:
+                pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
+            found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
+        if found is None:
+            break
+        seg, best, start = found
+        changed = True
     if not changed:
         return strategy
     return strategy_of_labels(graph, seg, method=strategy.method, mode=strategy.mode,
                               budget=strategy.budget)
+
+
+def _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline):
+    """The first move from `seg` (scanning from node `start`) whose objective is below `best`:
+    (labelling, objective, next start), or None (none, or `max_evaluations` reached)."""
+    for seg2, v in _moves(graph, seg, run.dropped(seg), run.droppable, start):
+        if deadline is not None:
+            deadline()
+        k2 = key(*run(seg2))
+        if k2 < best:
+            return seg2, k2, v + 1
+        if len(run.memo) >= max_evaluations:
+            return None
+    return None
+
+
+def _improving_pair(graph, run, key, seg, best, max_evaluations, deadline):
+    """The first pair of moves from `seg` whose result's objective is below `best`, the first
+    moves in order of their own objective, where there are at most :data:`PAIR_MOVES` pairs;
+    as :func:`_improving_move`."""
+    segs = []
+    for seg1, _ in _moves(graph, seg, run.dropped(seg), run.droppable, 0):
+        segs.append(seg1)
+        if len(segs) ** 2 > PAIR_MOVES:
+            return None
+    firsts = []
+    for i, seg1 in enumerate(segs):
+        firsts.append((key(*run(seg1)), i, seg1))
+        if len(run.memo) >= max_evaluations:
+            return None
+    for _, _, seg1 in sorted(firsts, key=lambda t: t[:2]):
+        found = _improving_move(graph, run, key, seg1, best, 0, max_evaluations, deadline)
+        if found is not None or len(run.memo) >= max_evaluations:
+            return found
+    return None

@@ -2,6 +2,8 @@
 sequence (lowerset.bruteforce, which schedules each distinct drop set), the general MILP never
 above it. Needs highspy (the optimum extra); skipped without it."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, note, settings
@@ -134,3 +136,13 @@ def test_coarse_relaxation(g, fraction):
     bound = ls.optimum(g, model="general", coarse=True)
     assert bound.status == "bound" and bound.peak is None
     assert bound.lower_bound <= ls.optimum(g, model="general").peak
+
+
+@pytest.mark.slow
+def test_inception_like_optimum():
+    # the traced InceptionLike step of tests/data (33 functions): the planner's least peak is
+    # the optimum over every lower-set sequence (about 30 s of HiGHS)
+    g = ls.load_graph(Path(__file__).resolve().parent / "data" / "inception_like.json")
+    best = ls.optimum(g)
+    assert best.status == "optimal" and (best.peak, best.recompute_cost) == (3159944, 56)
+    assert ls.min_peak(g).schedule.peak == best.peak

@@ -217,3 +217,30 @@ def test_planner_on_the_authors_graphs(cg_graph):
         assert s.schedule.peak <= f * plain
     assert front[-1].schedule.peak < ls.baselines.chen_sqrtn(g).schedule.peak
     assert np.isfinite(front[-1].schedule.peak)
+
+
+def _dp_plans(g, n_budgets):
+    """The paper's DP plans, both modes and families, at `n_budgets` eq. (2) budgets spaced
+    evenly from the least minimal budget to the eq. (2) peak of [V] (bytes)."""
+    lo = min(ls.min_budget(g, "exact"), ls.min_budget(g, "approx"))
+    hi = max(lo, ls.CanonicalStrategy(g, [set(g.labels)]).peak_memory)
+    plans = []
+    for b in sorted(set(np.linspace(lo, hi, n_budgets).astype(int).tolist())):
+        for method in ("exact", "approx"):
+            for mode in ("time", "memory"):
+                try:
+                    plans.append(ls.dp.solve(g, b, mode=mode, method=method))
+                except ls.InfeasibleBudgetError:
+                    pass   # b is below this family's minimal budget
+    return plans
+
+
+@settings(max_examples=examples(0.2), deadline=None)
+@given(st.one_of(graphs_with_facts(max_nodes=7), dags(max_nodes=7, max_cost=50,
+                                                        max_memory=100)))
+def test_solve_is_never_worse_than_a_dp_plan_that_fits(g):
+    """At the schedule peak B of any plan of the paper's DP (time- or memory-centric, either
+    family, at any of 40 eq. (2) budgets), solve(B) recomputes no more than that plan."""
+    for s in _dp_plans(g, 40):
+        b = s.schedule.peak
+        assert ls.solve(g, b).schedule.recompute_cost <= s.schedule.recompute_cost
