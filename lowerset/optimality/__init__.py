@@ -24,7 +24,7 @@ bytes included) and cost units (recomputation, as ``schedule.recompute_cost`` co
 from dataclasses import dataclass
 
 from .._validate import check_budget, check_graph, check_time_limit
-from ..exceptions import ArgumentError, InfeasibleBudgetError
+from ..exceptions import ArgumentError, InfeasibleBudgetError, LowersetError
 from ._milp import SolverMissingError
 
 __all__ = ["optimum", "Optimum", "OPTIMUM_MODELS", "SolverMissingError"]
@@ -144,6 +144,8 @@ def optimum(graph, budget=None, model="canonical", time_limit=None, *, coarse="a
     if coarse not in ("auto", True, False):
         raise ArgumentError(f"coarse must be 'auto', True or False, got {coarse!r}")
     res = run(graph, budget, time_limit, coarse=coarse)
+    if res["status"] == "infeasible" and budget is None:  # pragma: no cover - a solver failure
+        raise LowersetError(f"HiGHS found the {model} model of a feasible step infeasible")
     if res["status"] == "infeasible":
         least = run(graph, None, time_limit, coarse=coarse)
         raise InfeasibleBudgetError(budget, least["peak"] if least["status"] == "optimal"

@@ -134,8 +134,6 @@ class Milp:
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 1e-6)
-        h.setOptionValue("primal_feasibility_tolerance", 1e-9)
-        h.setOptionValue("mip_feasibility_tolerance", 1e-9)
         h.setOptionValue("threads", 1)
         if time_limit is not None:
             h.setOptionValue("time_limit", max(1e-3, float(time_limit)))

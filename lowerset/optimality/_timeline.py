@@ -48,6 +48,16 @@ FORWARD, GAP, RECOMPUTE, BACKWARD = range(4)
 FINE_LIMIT = 300_000
 
 
+def byte_scale(g):
+    """A power of two that brings the step's largest array to at most 2^13 units: the memory
+    rows are divided by it (exactly, in floating point), because HiGHS declared a feasible
+    model with coefficients of 10^9 bytes infeasible."""
+    f = flat_facts(g)
+    top = max([1, int(f.out_bytes.max(initial=0)), int(f.state.max(initial=0)),
+               int(f.fpeak.max(initial=0))])
+    return 2 ** max(0, top.bit_length() - 13)
+
+
 def is_coarse(coarse, g, n_run_positions):
     """Resolve ``coarse="auto"`` for a model whose runs would take `n_run_positions`."""
     if coarse != "auto":
@@ -111,7 +121,9 @@ class Timeline:
     Attributes
     ----------
     peak : int
-        Column of the peak P (bytes).
+        Column of the peak P, in units of `scale` bytes.
+    scale : int
+        Bytes per unit of the memory rows and of P (:func:`byte_scale`).
     runs : list of (int, int, int)
         (column R, node, backward step or -1) of every optional recomputation.
     positions : list of (int, int, int)
@@ -131,7 +143,8 @@ class Timeline:
     def __init__(self, g, milp, forward_recompute, backward_candidates, coarse=False):
         self.g, self.milp, self.coarse = g, milp, coarse
         f = self.f = flat_facts(g)
-        self.peak = milp.var(f.resident, np.inf)
+        self.scale = byte_scale(g)
+        self.peak = milp.var(f.resident / self.scale, np.inf)
         self.positions, self.rvar, self.runs = [], [], []
         self.run_stage = []   # per run: (position before its stage, position ending it)
         self.target_pos = np.empty(g.n, dtype=np.int64)
@@ -365,9 +378,10 @@ class Timeline:
                     const += ex
                 elif ex:
                     terms.append((col, ex))
-            m.row(terms + [(self.peak, -1)], ub=-const)
+            k = self.scale
+            m.row([(c, b / k) for c, b in terms] + [(self.peak, -1)], ub=-const / k)
             if p == last_forward and seed:
                 # the initial gradients, before the last forward's frees
-                seed_terms = [(c, nb) for c, nb in terms if c != self.rvar[p]]
+                seed_terms = [(c, b / k) for c, b in terms if c != self.rvar[p]]
                 m.row(seed_terms + [(self.peak, -1)],
-                      ub=-(const - int(grads[p]) + seed - (ex if col < 0 else 0)))
+                      ub=-(const - int(grads[p]) + seed - (ex if col < 0 else 0)) / k)

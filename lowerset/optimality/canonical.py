@@ -201,7 +201,8 @@ class CanonicalModel:
         if peak is None and cost is None:
             self.milp.row(terms, lb=rhs)
             return
-        if peak is not None:   # P + peak * hamming >= peak
+        if peak is not None:   # P + peak * hamming >= peak (P in units of scale bytes)
+            peak = peak / self.tl.scale
             self.milp.row([(self.tl.peak, 1)] + [(c, peak * a) for c, a in terms],
                           lb=peak * rhs)
         if cost is not None:   # sum T r + cost * hamming >= cost
@@ -256,13 +257,14 @@ def _least_peak(model, left):
         sol = m.solve(time_limit=left())
         if sol.values is None:
             return dict(strategy=best and best[0], peak=best and best[1],
-                        cost=best and best[2], bound=sol.bound, status="time_limit", cuts=cuts)
+                        cost=best and best[2], bound=floor_bound(sol.bound * model.tl.scale),
+                        status="time_limit", cuts=cuts)
         s, dropped = model.strategy(sol.values)
         peak, cost = s.schedule.peak, s.schedule.recompute_cost
         if best is None or (peak, cost) < best[1:]:
             best = (s, peak, cost)
-        bound = floor_bound(sol.bound)
-        if proven(best[1], sol.bound):
+        bound = floor_bound(sol.bound * model.tl.scale)
+        if proven(best[1], sol.bound * model.tl.scale):
             status = "optimal" if sol.status == "optimal" else "time_limit"
             return dict(strategy=best[0], peak=best[1], cost=best[2], bound=best[1],
                         status=status, cuts=cuts)
@@ -276,7 +278,7 @@ def _least_peak(model, left):
 def _least_cost(model, budget, left):
     m = model.milp
     m.set_objective(model.cost)
-    m.ub[model.tl.peak] = float(budget)
+    m.ub[model.tl.peak] = budget / model.tl.scale
     best, cuts, bound = None, 0, 0
     while True:
         sol = m.solve(time_limit=left())

@@ -108,14 +108,15 @@ def solve_general(g, budget, time_limit, once=False, coarse="auto"):
 
     out = {"rows": m.n_rows, "cols": m.n_cols, "coarse": model.coarse}
     first, second = ({P: 1.0}, model.cost) if budget is None else (model.cost, {P: 1.0})
+    k = model.tl.scale   # P is in units of k bytes
     if budget is not None:
-        m.ub[P] = float(budget)
+        m.ub[P] = budget / k
     m.set_objective(first)
     sol = m.solve(time_limit=left())
     if sol.status == "infeasible":
         out.update(peak=None, cost=None, bound=math.inf, status="infeasible")
         return _done(out, t0)
-    bound = floor_bound(sol.bound)
+    bound = floor_bound(sol.bound * (k if budget is None else 1))
     if sol.values is None:
         out.update(peak=None, cost=None, bound=bound, status="time_limit")
         return _done(out, t0)
@@ -126,15 +127,14 @@ def solve_general(g, budget, time_limit, once=False, coarse="auto"):
     best = sol.values
     if status == "optimal":
         # the tie: the other objective with this one at its optimum
-        value = round(sol.objective)
-        m.row(list(first.items()), ub=value + 0.5)
+        m.row(list(first.items()), ub=sol.objective + (0.5 / k if budget is None else 0.5))
         m.set_objective(second)
         sol2 = m.solve(time_limit=left())
         if sol2.values is not None:
             best = sol2.values
         if sol2.status != "optimal":
             status = "time_limit"
-    out.update(peak=round(sol.objective) if budget is None else _peak_of(model, best),
+    out.update(peak=round(sol.objective * k) if budget is None else _peak_of(model, best),
                cost=int(round(sum(c * best[i] for i, c in model.cost.items()))),
                bound=bound, status=status, recomputed=_recomputed(model, best))
     if budget is not None and out["status"] == "optimal":
@@ -143,7 +143,7 @@ def solve_general(g, budget, time_limit, once=False, coarse="auto"):
 
 
 def _peak_of(model, values):
-    return int(round(values[model.tl.peak]))
+    return int(round(values[model.tl.peak] * model.tl.scale))
 
 
 def _recomputed(model, values):
