@@ -106,3 +106,11 @@ def test_torch_extra_and_planner_without_torch():
     r = _python(code)
     assert r.returncode == 0, r.stderr
     assert "torch_ext needs PyTorch: pip install 'lowerset[torch]'" in r.stdout
+
+
+def test_optimum_extra_and_lazy_solver_import():
+    # lowerset.optimum's solver comes with the optimum extra and is imported only to solve
+    assert "highspy" in _requirements().get("optimum", {}), sorted(k for k in _requirements() if k)
+    r = _python("import sys\nimport lowerset as ls\nls.optimum\n"
+                "assert 'highspy' not in sys.modules, 'highspy imported by import lowerset'\n")
+    assert r.returncode == 0, r.stderr
