@@ -15,6 +15,7 @@ from lowerset.refine import _moves, _Scheduler, refine, strategy_of_labels
 from lowerset.scheduling import segment_labels
 
 from facts_strategies import canonical_strategies, graphs_with_facts
+from schedule_reference import _dropped as reference_dropped
 from schedule_reference import events as reference_events
 from strategies import dags
 
@@ -62,10 +63,12 @@ def _neighbours(strategy):
         succs[u].add(w)
     never = {g.labels[v] for v, _ in g.facts.returned}
     never |= {g.labels[v] for v, nf in enumerate(g.facts.nodes) if nf.pinned}
+    # a node may be dropped when something reads its outputs (an edge may carry no array)
+    read = {g.labels[s] for nf in g.facts.nodes for s, _ in nf.args if s >= 0}
+    is_dropped = {g.labels[v] for v, d in enumerate(reference_dropped(strategy)) if d}
     segs = [set(s) for s in strategy.segments]
     out = []
     for i, seg in enumerate(segs):
-        lower = set().union(*segs[:i + 1])
         for v in seg:
             rest = [set(s) for s in segs]
             rest[i].discard(v)
@@ -76,12 +79,11 @@ def _neighbours(strategy):
             if len(seg) > 1:
                 out.append(rest[:i] + [{v}] + rest[i:])
                 out.append(rest[:i + 1] + [{v}] + rest[i + 1:])
-            dropped = i + 1 < len(segs) and succs[v] and succs[v] <= lower and v not in never
-            if dropped:
+            if v in is_dropped:
                 for w in succs[v]:
                     moved = _reach([w], succs, seg)
                     out.append(segs[:i] + [seg - moved, moved] + segs[i + 1:])
-            elif succs[v] and v not in never:
+            elif v in read and v not in never:
                 later = set().union(*segs[i:])
                 moved = _reach([v, *succs[v]], preds, later)
                 out.append(segs[:i] + [moved] + [s - moved for s in segs[i:]])
