@@ -208,7 +208,8 @@ def measure(name, g, time_limit):
     plain = ls.schedule(g).peak
     row = {"name": name, "nodes": g.n, "plain": plain, "points": []}
     least = ls.min_peak(g)
-    row["planner_peak"], row["planner_peak_cost"] = least.schedule.peak, least.schedule.recompute_cost
+    row["planner_peak"] = least.schedule.peak
+    row["planner_peak_cost"] = least.schedule.recompute_cost
     for budget in [None] + [int(f * plain) for f in PLAIN_FRACTIONS]:
         t0 = time.perf_counter()
         point = {"budget": budget, "planner": _planner(g, budget)}
@@ -225,12 +226,13 @@ def measure(name, g, time_limit):
 
 
 def _fmt(value, proven, unit):
+    """A cell: bytes in `unit` ("GB" or "MB") or cost units ("cost"); ">=" marks a bound."""
     if value is None:
         return "infeasible"
-    if unit == "GB":
-        text = f"{value / 1e9:.4f}" if value >= 1e7 else f"{value / 1e6:.3f} MB"
-    else:
+    if unit == "cost":
         text = f"{value}"
+    else:
+        text = f"{value / (1e9 if unit == 'GB' else 1e6):.4f}"
     return text if proven else f">= {text}"
 
 
@@ -242,17 +244,18 @@ def _gap(planner, value, proven):
 
 
 def print_rows(title, rows):
+    unit = "GB" if max(r["plain"] for r in rows) >= 1e9 else "MB"
     print(f"### {title}\n")
-    print("| step | #V | plain peak | planner least peak (cost) | canonical optimum | gap | "
-          "general optimum | gap |")
+    print(f"| step | #V | plain peak ({unit}) | planner least peak (cost) | canonical optimum | "
+          "gap | general optimum | gap |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         p = r["points"][0]
-        print(f"| {r['name']} | {r['nodes']} | {_fmt(r['plain'], True, 'GB')} | "
-              f"{_fmt(r['planner_peak'], True, 'GB')} ({r['planner_peak_cost']}) | "
-              f"{_fmt(p['canonical'], p['canonical_proven'], 'GB')} | "
+        print(f"| {r['name']} | {r['nodes']} | {_fmt(r['plain'], True, unit)} | "
+              f"{_fmt(r['planner_peak'], True, unit)} ({r['planner_peak_cost']}) | "
+              f"{_fmt(p['canonical'], p['canonical_proven'], unit)} | "
               f"{_gap(r['planner_peak'], p['canonical'], p['canonical_proven'])} | "
-              f"{_fmt(p['general'], p['general_proven'], 'GB')} | "
+              f"{_fmt(p['general'], p['general_proven'], unit)} | "
               f"{_gap(r['planner_peak'], p['general'], p['general_proven'])} |")
     print("\nRecomputation (cost units) at 0.9 / 0.75 / 0.6 x the plain peak: planner; canonical "
           "optimum (>= a bound); general optimum\n")

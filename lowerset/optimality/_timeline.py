@@ -222,7 +222,8 @@ class Timeline:
                 for x in self._read_slots(v, False):
                     certain.setdefault(x, set()).add(p)
             elif kind == BACKWARD:
-                xs = [int(f.arg_out[f.rarg_idx[r]]) for r in range(f.rarg_ptr[v], f.rarg_ptr[v + 1])]
+                xs = [int(f.arg_out[f.rarg_idx[r]])
+                      for r in range(f.rarg_ptr[v], f.rarg_ptr[v + 1])]
                 xs += [int(f.rout_idx[r]) for r in range(f.rout_ptr[v], f.rout_ptr[v + 1])]
                 if f.state[v] > 0:
                     xs.append(f.n_out + v)

@@ -143,7 +143,7 @@ class CanonicalModel:
                 m.row([(d, 1)] + [(raw[v], -1) for v in vs], lb=1 - len(vs))
 
     def _recomputations(self):
-        f, m = self.f, self.milp
+        m = self.milp
         by_node, at = {}, {}
         for col, v, q in self.tl.runs:
             by_node.setdefault(v, []).append(col)

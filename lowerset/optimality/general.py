@@ -59,7 +59,6 @@ def _last_reads(g):
 
 def _reruns(g):
     """Bool per node: it may run more than once (not pinned, no returned output)."""
-    f = flat_facts(g)
     ok = ~np.array([nf.pinned for nf in g.facts.nodes], dtype=bool)
     for v, _ in g.facts.returned:
         ok[v] = False

@@ -29,16 +29,21 @@ def mlp(scale=1):
 def cnn(scale=1):
     """Conv-BN-ReLU, conv-ReLU, max pooling, Linear (9 functions, BatchNormalization state)."""
     np.random.seed(1)
-    c1, bn, c2 = L.Convolution2D(3, 8, 3, pad=1), L.BatchNormalization(8), L.Convolution2D(8, 8, 3, pad=1)
-    fc = L.Linear(8 * 4 * 4, 10)
+    c1, bn = L.Convolution2D(3, 8, 3, pad=1), L.BatchNormalization(8)
+    c2, fc = L.Convolution2D(8, 8, 3, pad=1), L.Linear(8 * 4 * 4, 10)
     x, t = _data((4 * scale, 3, 8, 8), 10, 1)
-    return lambda: F.softmax_cross_entropy(fc(F.max_pooling_2d(F.relu(c2(F.relu(bn(c1(x))))), 2)), t)
+
+    def step():
+        h = F.relu(c2(F.relu(bn(c1(x)))))
+        return F.softmax_cross_entropy(fc(F.max_pooling_2d(h, 2)), t)
+    return step
 
 
 def dense(scale=1):
     """A dense block: each conv-ReLU output concatenated to its input (10 functions)."""
     np.random.seed(2)
-    c0, c1, c2 = L.Convolution2D(3, 4, 3, pad=1), L.Convolution2D(4, 4, 3, pad=1), L.Convolution2D(8, 4, 3, pad=1)
+    c0, c1 = L.Convolution2D(3, 4, 3, pad=1), L.Convolution2D(4, 4, 3, pad=1)
+    c2 = L.Convolution2D(8, 4, 3, pad=1)
     x, _ = _data((4 * scale, 3, 8, 8), 10, 2)
 
     def step():
