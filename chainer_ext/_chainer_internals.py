@@ -18,6 +18,9 @@ Internals relied on
   outputs ``forward`` retained for ``backward``.
 - ``FunctionNode._retained_output_data``: the retained output arrays (a second reference besides
   the output node's ``_data``).
+- ``Variable._grad_valid``: False while a gradient was never set on a Variable (a
+  ``Parameter`` a lazily sized link has not initialized yet), when the public ``grad`` raises
+  ``RuntimeError`` instead of returning None.
 - ``LocalConfig._local``: the ``threading.local`` holding the entries of ``chainer.config`` set
   in this thread (the others come from ``chainer.global_config``); read as a dict because
   ``getattr(chainer.config, key)`` costs about 1.6 us, and a recomputation reads nine entries.
@@ -51,6 +54,13 @@ def var_array(var):
 def set_var_array(var, array):
     """Set a Variable's array without clearing its node's shape and dtype."""
     var._data[0] = array
+
+
+def grad_or_none(var):
+    """The gradient array of a Variable, None when it has none: also when no gradient was
+    ever set on it (``var.grad`` raises then, on the parameters of a lazily sized link before
+    its first call)."""
+    return var.grad if var._grad_valid else None
 
 
 def retained_input_indexes(func):

@@ -21,6 +21,7 @@ import chainer
 import numpy as np
 
 from . import _backend, _boundary
+from ._chainer_internals import grad_or_none
 
 __all__ = ["peak_memory", "PeakMemoryHook", "MemoryReport"]
 
@@ -36,9 +37,13 @@ class MemoryReport:
     peak : int
         Peak bytes allocated during the call above what was allocated when it started.
     param_bytes : int
-        Bytes of the given parameters' arrays (allocated before the call, not in `peak`).
+        Bytes of the given parameters' arrays allocated before the call (not in `peak`).
+    new_param_bytes : int
+        Bytes of the given parameters' arrays created during the call (part of `peak`): the
+        weights a lazily sized link (``L.Linear(None, n)``) makes in its first call.
     param_grad_bytes : int
-        Bytes of the parameters' gradient arrays after the call.
+        Bytes of the parameters' gradient arrays after the call (a gradient never set counts
+        as none).
     new_grad_bytes : int
         Bytes of the gradient arrays created during the call (part of `peak`).
     peak_without_grads : int
@@ -66,6 +71,7 @@ class MemoryReport:
     device: str
     peak: int
     param_bytes: int = 0
+    new_param_bytes: int = 0
     param_grad_bytes: int = 0
     new_grad_bytes: int = 0
     boundary_peak: int = 0
@@ -95,14 +101,16 @@ class MemoryReport:
         -------
         dict
             ``total_peak`` (Peak: ``peak + param_bytes + input_bytes``), ``nonparam_peak``
-            (Non-param peak: ``peak - param_grad_bytes + input_bytes``, a lower bound of the
-            non-parameter bytes at the peak when the parameters have no gradient when the call
-            starts, as after ``model.cleargrads()``), ``total_boundary_peak`` (Boundary peak:
+            (Non-param peak: ``peak - param_grad_bytes - new_param_bytes + input_bytes``, a
+            lower bound of the non-parameter bytes at the peak when the parameters have no
+            gradient when the call starts, as after ``model.cleargrads()``),
+            ``total_boundary_peak`` (Boundary peak:
             ``boundary_peak + param_bytes + input_bytes``) and ``nonparam_boundary_peak``
             (Non-param boundary: ``boundary_peak_without_grads + input_bytes``).
         """
         return {"total_peak": self.peak + self.param_bytes + input_bytes,
-                "nonparam_peak": self.peak - self.param_grad_bytes + input_bytes,
+                "nonparam_peak": (self.peak - self.param_grad_bytes - self.new_param_bytes
+                                  + input_bytes),
                 "total_boundary_peak": self.boundary_peak + self.param_bytes + input_bytes,
                 "nonparam_boundary_peak": self.boundary_peak_without_grads + input_bytes}
 
@@ -270,7 +278,10 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
 
     Both peaks count from what is allocated when `fn` starts, so arrays made before it
     (parameters, the input batch) are not in them; :meth:`MemoryReport.table1_columns` adds
-    them back. Measuring starts after `hooks` are registered (what their ``__enter__``
+    them back. The weights a lazily sized link creates inside `fn` (its first call) are the
+    step's: in the peaks and in ``new_param_bytes``, not in ``param_bytes``. A parameter whose
+    gradient was never set (a fresh model without ``cleargrads()``, a link not sized yet) has
+    none. Measuring starts after `hooks` are registered (what their ``__enter__``
     allocates is not counted). The boundary peak is sampled by two function hooks registered
     around `hooks`: pass a ``RecomputeHook`` (or any hook that frees or allocates in its
     callbacks) here rather than entering it inside `fn` or before the call, so every boundary
@@ -317,7 +328,8 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
     hooks = _hooks_of(hooks)
     if device is None:
         device = "gpu" if any(_backend.is_cupy_array(p.array) for p in ps) else "cpu"
-    before = {id(p): _Ref(p.grad) for p in ps}
+    before = {id(p): _Ref(grad_or_none(p)) for p in ps}
+    made_before = {id(p) for p in ps if p.array is not None}
     earlier = tuple(chainer.get_function_hooks())
     meter = PeakMemoryHook(device)
     recorder = _boundary.BoundaryRecorder(device, ps)
@@ -326,12 +338,15 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
         fn()
         if device == "gpu":  # pragma: no cover - GPU
             _backend.synchronize()
-    grads = [p.grad for p in ps if p.grad is not None]
-    new = sum(int(p.grad.nbytes) for p in ps
-              if p.grad is not None and not before[id(p)].refers_to(p.grad))
+    grads = [(p, grad_or_none(p)) for p in ps]
+    grads = [(p, g) for p, g in grads if g is not None]
+    new = sum(int(g.nbytes) for p, g in grads if not before[id(p)].refers_to(g))
+    arrays = [(p, p.array) for p in ps if p.array is not None]
     return MemoryReport(device=device, peak=meter.total_peak(),
-                        param_bytes=sum(int(p.array.nbytes) for p in ps if p.array is not None),
-                        param_grad_bytes=sum(int(g.nbytes) for g in grads),
+                        param_bytes=sum(int(a.nbytes) for p, a in arrays if id(p) in made_before),
+                        new_param_bytes=sum(int(a.nbytes) for p, a in arrays
+                                            if id(p) not in made_before),
+                        param_grad_bytes=sum(int(g.nbytes) for _, g in grads),
                         new_grad_bytes=int(new), boundary_peak=int(recorder.peak),
                         boundary_peak_without_grads=int(recorder.peak_without_grads),
                         boundary_samples=recorder.samples,

@@ -15,6 +15,7 @@ call holds at its highest point (its workspace, measured on the device it runs o
 
 import statistics
 import time
+import tracemalloc
 import weakref
 
 import chainer
@@ -53,7 +54,8 @@ class TracedGraph(lowerset.Graph):
     param_bytes : int
         Bytes of the distinct parameters used by the forward pass (external arrays).
     input_bytes : int
-        Bytes of the distinct non-parameter inputs (model inputs, labels).
+        Bytes of the distinct non-parameter inputs made before the step (model inputs,
+        labels).
     outputs : tuple of int
         Labels of the nodes producing the traced callable's return values.
     cost_model : str
@@ -75,7 +77,9 @@ class TracedGraph(lowerset.Graph):
 
     @property
     def input_bytes(self):
-        return sum(b for kind, b in self.facts.externals if kind == "input")
+        made = self.facts.external_made or (-1,) * len(self.facts.externals)
+        return sum(b for (kind, b), m in zip(self.facts.externals, made)
+                   if kind == "input" and m < 0)
 
 
 def _nbytes(shape, dtype):
@@ -160,7 +164,7 @@ class _Record:
     __slots__ = ("func", "before", "in_roots", "in_owners", "snap", "cupy_calls", "restore",
                  "pre", "pin", "stochastic", "changed_inputs", "times", "state", "skip", "level",
                  "forward_peak", "out_specs", "out_views", "out_refs", "freed_after",
-                 "backward_peak", "got_grad", "_wrapped")
+                 "backward_peak", "got_grad", "grad_views", "grad_sizes", "ext_info", "_wrapped")
 
 
 class _TraceHook(chainer.FunctionHook):
@@ -171,14 +175,15 @@ class _TraceHook(chainer.FunctionHook):
     def __init__(self, profile, repeats, measure):
         self.profile, self.repeats, self.measure = profile, repeats, measure
         self.records, self.pos = [], {}
-        self.backward_order, self.grad_views = [], []
+        self.backward_order = []
         self.probe = None
         self._depth = self._bdepth = 0
         self._started = 0          # recorded applications started so far
         self._backward = False
-        self._gy_roots = {}        # id(root) -> (weakref, [(position, output index)])
         self._out_roots = {}       # id(root) -> (weakref, [(position, output index)])
         self.read_outside = set()  # outputs read by functions applied under no_backprop_mode
+        self._outside_made = {}    # id(root) -> (weakref, position): made under no_backprop_mode
+        self._ext_roots = {}       # id(root) -> (weakref, _External) of the external arrays
         self._types = _backend.array_types()
         self.cupy_watch = _effects.CupyRandomWatch()
         self.numpy_rng = _effects.NumpyRngState()
@@ -195,8 +200,10 @@ class _TraceHook(chainer.FunctionHook):
         owners = [self._owners(a) for a in in_data]
         if r.skip:
             self.read_outside.update(o for arg in owners for o in arg)
+            r.func, r._wrapped = None, _capture_outputs(function)
             return
         self._started += 1
+        r.ext_info = [None if own else self._external(a) for a, own in zip(in_data, owners)]
         r.before = array_attr_ids(function, self._types)
         r.in_roots = [weakref.ref(_backend.root_buffer(a)) for a in in_data]
         r.in_owners = owners
@@ -206,6 +213,7 @@ class _TraceHook(chainer.FunctionHook):
         r.snap = _effects.Snapshot(function, in_data, self._types, self.numpy_rng)
         r.cupy_calls = self.cupy_watch.calls
         r.times, r.state, r.got_grad = [], [], None
+        r.grad_views = r.grad_sizes = None
         r.backward_peak = 0
         r._wrapped = _capture_outputs(function)
         if self.measure:
@@ -221,7 +229,11 @@ class _TraceHook(chainer.FunctionHook):
         if self._depth != 0 or self._backward:
             return
         r = self.records[-1]
-        if r.skip:
+        if r.skip:   # what it makes is made outside the graph, before the next function
+            for y in r._wrapped.pop():
+                root = _backend.root_buffer(y)
+                self._outside_made[id(root)] = (weakref.ref(root), self._started)
+            del function.forward
             return
         outs = r._wrapped.pop()
         del function.forward  # the class's forward again
@@ -253,6 +265,27 @@ class _TraceHook(chainer.FunctionHook):
                 self._rerun(r, function, in_data, r.restore, clear_state=False)
                 _backend.synchronize(in_data)
                 r.times.append(time.perf_counter() - t0)
+
+    def _external(self, a):
+        """The :class:`_External` of array `a`, which no recorded function made (one per
+        memory buffer): its bytes and, for an array made during the step (allocated since
+        tracing began, seen by tracemalloc), where it is made and freed."""
+        root = _backend.root_buffer(a)
+        ref, info = self._ext_roots.get(id(root), (None, None))
+        if ref is not None and ref() is root:
+            return info
+        info = _External(int(root.nbytes))
+        if tracemalloc.is_tracing() and tracemalloc.get_object_traceback(root) is not None:
+            ref, at = self._outside_made.get(id(root), (None, None))
+            info.made = at if ref is not None and ref() is root else self._started - 1
+
+            def freed(_ref):
+                if not self._backward:
+                    info.freed = self._started - 1
+            self._ext_roots[id(root)] = (weakref.ref(root, freed), info)
+        else:
+            self._ext_roots[id(root)] = (weakref.ref(root), info)
+        return info
 
     def _owners(self, a):
         """The recorded outputs ``(position, k)`` whose memory array `a` is (or is a view of)."""
@@ -340,21 +373,8 @@ class _TraceHook(chainer.FunctionHook):
         self.backward_order.append(j)
         r = self.records_by_pos[j]
         r.got_grad = [g is not None for g in out_grad]
-        for k, g in enumerate(out_grad):
-            if g is None:
-                continue
-            root = _backend.root_buffer(g)
-            seen = self._gy_roots.get(id(root))
-            if seen is not None and seen[0]() is root:
-                # the gradient of output k of j shares this buffer with the output gradients
-                # of functions whose backward ran earlier; it views the one that takes output
-                # k of j as an argument (_node_facts keeps that pair). All parts of a split
-                # gradient (Concat's backward) view the Concat's output gradient; a chain of
-                # views (Reshape of Reshape) views the latest
-                self.grad_views.extend((c, ck, j, k) for c, ck in seen[1])
-                seen[1].append((j, k))
-            else:
-                self._gy_roots[id(root)] = (weakref.ref(root), [(j, k)])
+        r.grad_views, r.grad_sizes = {}, {}
+        _capture_backward(function, r.grad_views, r.grad_sizes)
         if self.measure:
             r.level = self.probe.mark()
 
@@ -363,7 +383,10 @@ class _TraceHook(chainer.FunctionHook):
         if self._bdepth:
             return
         j = self.pos.get(id(function))
-        if j is not None and self.measure:
+        if j is None:
+            return
+        del function.backward  # the class's backward again
+        if self.measure:
             r = self.records_by_pos[j]
             r.backward_peak = max(0, self.probe.peak() - r.level)
 
@@ -380,6 +403,17 @@ class _TraceHook(chainer.FunctionHook):
                 _effects.put(r.func, p, r.pre[p])
             for a, before in getattr(r, "changed_inputs", None) or ():
                 a[...] = before
+
+
+class _External:
+    """An array the step's functions read that none of them made: its memory's bytes, the
+    forward position before which the step made it (-1: before the step) and the one after
+    which it was freed (-1: not in the forward pass)."""
+
+    __slots__ = ("nbytes", "made", "freed")
+
+    def __init__(self, nbytes):
+        self.nbytes, self.made, self.freed = nbytes, -1, -1
 
 
 def _same_arrays(ys, outs):
@@ -399,6 +433,38 @@ def _capture_outputs(function):
 
     function.forward = capturing_forward
     return box
+
+
+def _capture_backward(function, views, sizes):
+    """Wrap `function.backward` (an instance attribute, removed in backward_postprocess) so
+    that the gradients it returns are compared with its output gradients as it returns them:
+    ``views[p] = k`` where the gradient of input ``p`` shares memory with the gradient of
+    output ``k`` (Add's backward returns its output gradient for both inputs, Concat's splits
+    it, Reshape's reshapes it); ``sizes[p]`` is the bytes of the memory a new gradient owns
+    where that is less than its size (``F.average``'s backward broadcasts one value per sample
+    and channel). Only numbers are kept, so no gradient lives longer than in a plain
+    backward."""
+    backward = function.backward
+
+    def capturing_backward(target_input_indexes, grad_outputs):
+        gxs = backward(target_input_indexes, grad_outputs)
+        roots = [None if gy is None else _backend.root_buffer(gy.raw_array)
+                 for gy in grad_outputs]
+        at = (range(len(gxs)) if len(gxs) == len(function.inputs)
+              else target_input_indexes)
+        for p, gx in zip(at, gxs):
+            if gx is None or gx.raw_array is None:
+                continue
+            root = _backend.root_buffer(gx.raw_array)
+            k = next((k for k, r in enumerate(roots) if r is not None and r is root), -1)
+            if k >= 0:
+                views[p] = k
+            elif root.nbytes < gx.raw_array.nbytes:
+                sizes[p] = int(root.nbytes)
+        del roots
+        return gxs
+
+    function.backward = capturing_backward
 
 
 def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=True,
@@ -468,8 +534,12 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
     shares (``chainer.Variable(y.array)``). `fn` should keep what the real step keeps. An
     array made during the step outside the graph (the output of a function under
     ``no_backprop_mode``, NumPy arithmetic on ``.array``) that a node reads is an external
-    input: the schedule counts it as resident for the whole step, so ``schedule.peak`` counts
-    it even where it is already freed, and ``schedule.peak - schedule.resident`` leaves it out.
+    input with a lifetime (``facts.external_made``, ``facts.external_free_after``): made
+    before the function applied under ``no_backprop_mode`` that made it returns, or before its
+    first reader, and freed where the traced run freed it. A function that reads such an
+    array freed in the forward pass is pinned (a recomputation would need it). An array
+    counts as made during the step when tracemalloc saw it allocated (on the CPU, with
+    `measure_memory`, after the first function applied); else it is resident.
 
     References
     ----------
@@ -572,10 +642,12 @@ def _build(hook, results, cost_model, time_unit, count_state):
     pos = hook.pos
     nodes, edges, cost, memory, attrs, facts = [], [], {}, {}, {}, []
     externals, ext_index, held = [], {}, []
+    sizes, lives, owned = [], [], set()   # per external: size, (made, freed); memory counted
     aliased = set()   # outputs whose memory an external argument shares (Variable(y.array))
     for j, r in enumerate(records):
         f = r.func
         args, fargs = [], []
+        pin = r.pin
         for p, node in enumerate(f.inputs):
             creator = node.creator_node
             if creator is not None and id(creator) in pos:
@@ -591,7 +663,11 @@ def _build(hook, results, cost_model, time_unit, count_state):
                 key = _external_key(node, var, held)
                 if key not in ext_index:
                     ext_index[key] = len(externals)
-                    externals.append((kind, _nbytes(node.shape, node.dtype)))
+                    externals.append((kind, _external_bytes(node, kind, r, p, owned, sizes,
+                                                            lives)))
+                if pin is None and lives[ext_index[key]][1] >= 0:
+                    pin = ("it reads an array made during the step outside the graph, which the "
+                           "step frees in its forward pass: a recomputation would need it")
                 args.append([kind, list(node.shape), str(node.dtype)])
                 fargs.append((~ext_index[key], 0))
         out_bytes = [_nbytes(s, d) for s, d in r.out_specs]
@@ -610,9 +686,9 @@ def _build(hook, results, cost_model, time_unit, count_state):
                           reads_outputs=_ci.retained_output_indexes(f),
                           output_views=tuple(r.out_views), forward_peak=int(r.forward_peak),
                           backward_peak=int(r.backward_peak), stochastic=r.stochastic,
-                          pinned=r.pin is not None, plain_free_after=tuple(r.freed_after)))
-        if r.pin is not None:
-            attrs[j]["pinned"] = f"{name}: {r.pin}"
+                          pinned=pin is not None, plain_free_after=tuple(r.freed_after)))
+        if pin is not None:
+            attrs[j]["pinned"] = f"{name}: {pin}"
         elif r.restore:
             attrs[j]["restore"] = [list(p) for p in r.restore]
     out_labels, returned = [], []
@@ -629,27 +705,49 @@ def _build(hook, results, cost_model, time_unit, count_state):
                   and records[o[0]].got_grad[o[1]])
     # outputs the step hands outside the graph are never freed either (no seed: no gradient)
     held = sorted(set(hook.read_outside) | set(hook.held_by_caller) | aliased)
+    made = any(m >= 0 for m, _ in lives)
     ef = lowerset.ExecutionFacts(
         nodes=node_facts, forward_order=tuple(range(len(records))),
         backward_order=tuple(hook.backward_order), externals=tuple(externals),
-        returned=tuple(dict.fromkeys(returned + held)), seeds=tuple(dict.fromkeys(seeds)))
+        returned=tuple(dict.fromkeys(returned + held)), seeds=tuple(dict.fromkeys(seeds)),
+        external_sizes=(tuple(sizes) if any(b != x for (_, b), x in zip(externals, sizes))
+                        else ()),
+        external_made=tuple(m for m, _ in lives) if made else (),
+        external_free_after=tuple(q for _, q in lives) if made else ())
     return TracedGraph(nodes, edges, cost, memory, attrs, facts=ef, outputs=out_labels,
                        cost_model=cost_model,
                        time_unit=time_unit if cost_model == "profile" else None)
 
 
+def _external_bytes(node, kind, r, p, owned, sizes, lives):
+    """Resident bytes of a new external array, argument `p` of record `r`; append its size to
+    `sizes` and its ``(made, freed)`` forward positions to `lives`. An array that shares the
+    memory of a recorded output (``chainer.Variable(y.array)``) or of an earlier external made
+    in the step owns 0 bytes; one made in the step owns its memory's bytes for its lifetime."""
+    size = _nbytes(node.shape, node.dtype)
+    sizes.append(size)
+    info = r.ext_info[p]
+    made = kind == "input" and info is not None and info.made >= 0
+    if r.in_owners[p] or (made and id(info) in owned):
+        lives.append((-1, -1))
+        return 0
+    if made:
+        owned.add(id(info))
+        lives.append((info.made, info.freed))
+        return info.nbytes
+    lives.append((-1, -1))
+    return size
+
+
 def _node_facts(records, facts, hook):
     """NodeFacts per node: which arguments get a gradient (the consumer's backward runs, the
-    argument requires one, and the value received one), and which gradients are views."""
+    argument requires one, and the value received one), and which gradients are views of an
+    output gradient (seen as the backward returned them, :func:`_capture_backward`)."""
     ran = set(hook.backward_order)
-    views = {}
-    for consumer, ck, producer, pk in hook.grad_views:
-        for p, (s, k) in enumerate(facts[consumer]["args"]):
-            if (s, k) == (producer, pk):
-                views[consumer, p] = ck
     out = []
     for j, (r, d) in enumerate(zip(records, facts)):
-        grads, gviews = [], []
+        grads, gviews, gsizes = [], [], []
+        views, small = r.grad_views or {}, r.grad_sizes or {}
         for p, (node, (s, k)) in enumerate(zip(r.func.inputs, d["args"])):
             if s >= 0:
                 got = records[s].got_grad
@@ -657,6 +755,9 @@ def _node_facts(records, facts, hook):
             else:
                 gives = j in ran and node.requires_grad
             grads.append(bool(gives))
-            gviews.append(views.get((j, p), -1))
-        out.append(lowerset.NodeFacts(grad_args=tuple(grads), grad_views=tuple(gviews), **d))
+            gviews.append(views.get(p, -1) if gives else -1)
+            gsizes.append(small[p] if gives and p in small else _nbytes(node.shape, node.dtype))
+        small = tuple(gsizes) if any(gives and p in small for p, gives in enumerate(grads)) else ()
+        out.append(lowerset.NodeFacts(grad_args=tuple(grads), grad_views=tuple(gviews),
+                                      grad_sizes=small, **d))
     return tuple(out)

@@ -326,8 +326,9 @@ def _new(bsize, brefs, nb, nbytes):
 
 @njit(cache=True)
 def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, out_bytes,
-         out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out,
-         fpeak, bpeak, sum_inplace):
+         out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
+         grad_out, fpeak, bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
+         efree_idx):
     """Pass 3: bytes in use after each event and at each event's highest point.
 
     :func:`fold_run` over the events from :func:`fold_start`, with the resident bytes added.
@@ -340,7 +341,9 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
     st = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]])
     st, timeline, highs = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
                                    out_view, state, stoch, arg_ptr, arg_target, arg_size,
-                                   arg_grad, arg_gview, grad_out, fpeak, bpeak, sum_inplace)
+                                   arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                   sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
+                                   efree_idx)
     return timeline + resident, highs + resident
 
 
@@ -350,19 +353,22 @@ def fold_start(n_out, n_targets, n, n_args):
 
     Returns
     -------
-    tuple of 8 ndarray of int64
-        ``(bsize, brefs, val, sbuf, pend, gy, gx, scal)``: per buffer its bytes and references
-        (shape (capacity,)); the buffer of each output (shape (n_out,)) and state (shape (n,)),
-        -1 when not held, -2 for a view of an external array; the pending gradient of each
-        target (shape (n_targets,)); the output gradients a backward is using (shape (n_out,));
-        the argument gradients of one backward (shape (max(1, n_args),)); ``scal = [bytes in
-        use, buffers made]`` (shape (2,)).
+    tuple of 9 ndarray of int64
+        ``(bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf)``: per buffer its bytes and
+        references (shape (capacity,)); the buffer of each output (shape (n_out,)) and state
+        (shape (n,)), -1 when not held, -2 for a view of an external array; the pending
+        gradient of each target (shape (n_targets,)); the output gradients a backward is using
+        (shape (n_out,)); the argument gradients of one backward (shape (max(1, n_args),));
+        ``scal = [bytes in use, buffers made]`` (shape (2,)); the buffer of each external
+        array made in the step, -1 when not held (shape (n_targets - n_out,)).
     """
-    cap = 4 * n_out + 2 * n + 2 * n_args + 8
+    n_ext = n_targets - n_out
+    cap = 4 * n_out + 2 * n + 2 * n_args + n_ext + 8
     return (np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
             np.full(n_out, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
             np.full(n_targets, -1, dtype=np.int64), np.full(n_out, -1, dtype=np.int64),
-            np.empty(max(1, n_args), dtype=np.int64), np.zeros(2, dtype=np.int64))
+            np.empty(max(1, n_args), dtype=np.int64), np.zeros(2, dtype=np.int64),
+            np.full(n_ext, -1, dtype=np.int64))
 
 
 @njit(cache=True)
@@ -371,7 +377,7 @@ def fold_compact(st, cap):
     table of `cap` entries (at least ``k``), and every reference follows; the bytes in use do
     not change. A fold that runs for long (a runtime cache's replays make new buffers without
     end) keeps its state small with it."""
-    bsize, brefs, val, sbuf, pend, gy, gx, scal = st
+    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf = st
     nb = scal[1]
     new_id = np.full(nb, -1, dtype=np.int64)
     live = 0
@@ -387,18 +393,18 @@ def fold_compact(st, cap):
             size2[k] = bsize[b]
             refs2[k] = brefs[b]
             k += 1
-    for arr in (val, sbuf, pend, gy):
+    for arr in (val, sbuf, pend, gy, ebuf):
         for i in range(arr.shape[0]):
             if arr[i] >= 0:
                 arr[i] = new_id[arr[i]]
     scal[1] = k
-    return (size2, refs2, val, sbuf, pend, gy, gx, scal)
+    return (size2, refs2, val, sbuf, pend, gy, gx, scal, ebuf)
 
 
 @njit(cache=True)
 def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
-              arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
-              sum_inplace):
+              arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
+              bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx):
     """Fold all events but the last into `st` (:func:`fold_run`), then say what the last would
     need: the bytes above the level after them that it would reach at its highest point (run
     on a copy of the state, which it leaves as it is).
@@ -415,22 +421,24 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
     n = kind.shape[0]
     st, timeline, highs = fold_run(st, kind[:n - 1], node, nbytes, optr, oidx, out_ptr,
                                    out_bytes, out_view, state, stoch, arg_ptr, arg_target,
-                                   arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
-                                   sum_inplace)
+                                   arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
+                                   bpeak, sum_inplace, ext_bytes, made_ptr, made_idx,
+                                   efree_ptr, efree_idx)
     copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
-            st[5].copy(), st[6].copy(), st[7].copy())
+            st[5].copy(), st[6].copy(), st[7].copy(), st[8].copy())
     copy, last, last_high = fold_run(copy, kind[n - 1:], node[n - 1:], nbytes[n - 1:],
                                      optr[n - 1:], oidx, out_ptr, out_bytes, out_view, state,
-                                     stoch, arg_ptr, arg_target, arg_size, arg_grad, arg_gview,
-                                     grad_out, fpeak, bpeak, sum_inplace)
+                                     stoch, arg_ptr, arg_target, arg_size, arg_gsize, arg_grad,
+                                     arg_gview, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
+                                     made_ptr, made_idx, efree_ptr, efree_idx)
     high = highs.max() if n > 1 else -1
     return st, last_high[0] - st[7][0], high
 
 
 @njit(cache=True)
 def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
-             arg_ptr, arg_target, arg_size, arg_grad, arg_gview, grad_out, fpeak, bpeak,
-             sum_inplace):
+             arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
+             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx):
     """The memory fold of events from state `st` (:func:`fold_start`); the one statement of
     how events use memory, for :func:`fold` and for a runtime that builds its events one by
     one (:func:`lowerset.baselines.dtr`).
@@ -441,13 +449,17 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     outputs and state that are not held and makes the held ones again as transient duplicates;
     DROP, FREE_VALUE and EVICT release outputs, FREE_STATE and EVICT_STATE a state. A BACKWARD
     takes its outputs' pending gradients, allocates one gradient per argument it gives one to
-    (a view of an output gradient when ``arg_gview`` says so), then sums each into the pending
+    (``arg_gsize`` bytes, or a view of an output gradient when ``arg_gview`` says so; a sum
+    has the argument's ``arg_size`` bytes), then sums each into the pending
     gradient of its target in argument order. With `sum_inplace` False (Chainer) a target with
     more than one gradient gets one new array; with it True (PyTorch) the output gradients are
     released first, then each arriving gradient is added into the pending one if no other array
     shares that buffer, else the pending one into the arriving one if none shares that, else
     both into a new array. The initial gradient of a seed is also held by the caller for the
-    whole step. An event's highest point is its start level plus the larger of what it
+    whole step. A FORWARD of node ``v`` first allocates the external arrays made in the step
+    before it (``made_idx[made_ptr[v]:made_ptr[v+1]]``, ``ext_bytes`` each; its start level
+    includes them) and, after its highest point, frees those freed after it (``efree_idx``
+    from ``efree_ptr``). An event's highest point is its start level plus the larger of what it
     allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its duplicates) and its
     measured peak (`fpeak`, `bpeak`).
 
@@ -461,19 +473,25 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     n_ev = kind.shape[0]
     n = state.shape[0]
     n_out = out_ptr[n]
-    bsize, brefs, val, sbuf, pend, gy, gx, scal = st
+    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf = st
     used = scal[0]
     nb = scal[1]
     cap = bsize.shape[0]
     timeline = np.empty(n_ev, dtype=np.int64)
     highs = np.empty(n_ev, dtype=np.int64)
     for i in range(n_ev):
-        if nb + 2 * (arg_ptr[n] + n_out) + 8 > cap:  # grow the buffer table
+        if nb + 2 * (arg_ptr[n] + n_out) + ebuf.shape[0] + 8 > cap:  # grow the buffer table
             cap *= 2
             bsize = _grown(bsize, cap)
             brefs = _grown(brefs, cap)
         k = kind[i]
         v = node[i]
+        if k == FORWARD:  # the arrays the step makes outside the graph before this function
+            for j in range(made_ptr[v], made_ptr[v + 1]):
+                e = made_idx[j]
+                ebuf[e] = _new(bsize, brefs, nb, ext_bytes[e])
+                nb += 1
+                used += ext_bytes[e]
         before = used
         extra = 0
         if k == FORWARD or k == RECOMPUTE or k == REMATERIALIZE:
@@ -500,6 +518,13 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
                     nb += 1
                     used += state[v]
             extra = max(dup, fpeak[v] - (used - before))
+            if k == FORWARD and efree_ptr[v + 1] > efree_ptr[v]:
+                top = used + extra
+                for j in range(efree_ptr[v], efree_ptr[v + 1]):
+                    e = efree_idx[j]
+                    used -= _unref(bsize, brefs, ebuf[e])
+                    ebuf[e] = -1
+                extra = top - used
         elif k == DROP or k == FREE_VALUE or k == EVICT:
             for j in range(optr[i], optr[i + 1]):
                 o = out_ptr[v] + oidx[j]
@@ -527,9 +552,9 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
                     gx[a] = gy[out_ptr[v] + w]
                     brefs[gx[a]] += 1
                 else:
-                    gx[a] = _new(bsize, brefs, nb, arg_size[a])
+                    gx[a] = _new(bsize, brefs, nb, arg_gsize[a])
                     nb += 1
-                    used += arg_size[a]
+                    used += arg_gsize[a]
             high = used
             if sum_inplace:
                 for o in range(out_ptr[v], out_ptr[v + 1]):
@@ -550,7 +575,7 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
         highs[i] = used + extra
     scal[0] = used
     scal[1] = nb
-    return (bsize, brefs, val, sbuf, pend, gy, gx, scal), timeline, highs
+    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline, highs
 
 
 @njit(cache=True, inline="always")

@@ -49,7 +49,7 @@ PLANNERS = (None, "chen", "lowerset")
 _CHECK_RTOL = 0.05
 
 # NodeFacts fields that hold bytes (the others must not change with the batch size)
-_NODE_SIZES = ("outputs", "state", "forward_peak", "backward_peak")
+_NODE_SIZES = ("outputs", "state", "forward_peak", "backward_peak", "grad_sizes")
 
 # ExecutionFacts fields that hold bytes
 _FACT_SIZES = ("nodes", "externals", "external_sizes")
@@ -328,6 +328,11 @@ def _scale_node(v, n1, n2, at):
                     for x, y in zip(n1["outputs"], n2["outputs"])]
     for k in ("state", "forward_peak", "backward_peak"):
         d[k] = at.rounded(n1[k], n2[k], f"node {v} {k}")
+    g1, g2 = n1.get("grad_sizes", []), n2.get("grad_sizes", [])
+    if len(g1) != len(g2):
+        raise at.error(f"node {v}: the traced graphs record the gradient sizes of different "
+                       "numbers of arguments")
+    d["grad_sizes"] = [at.rounded(x, y, f"node {v} gradient bytes") for x, y in zip(g1, g2)]
     return d
 
 

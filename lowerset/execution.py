@@ -91,6 +91,12 @@ class NodeFacts:
         nothing (PyTorch's trace orders an operation with no argument from the graph after the
         one dispatched before it, so that it does not float free among the lower sets). They
         restrict the lower sets; liveness analysis and recomputation follow the arguments only.
+    grad_sizes : tuple of int
+        Per argument: the bytes the backward allocates for the argument's gradient where it
+        is not a view of an output gradient (``grad_views``), when that differs from the
+        argument's size: Chainer's ``F.average`` returns a broadcast view of one value per
+        sample and channel. Empty when every such gradient has its argument's size. A sum of
+        two gradients of one array always has the array's size.
     """
 
     outputs: tuple
@@ -110,6 +116,7 @@ class NodeFacts:
     plain_free_in_backward: tuple = ()
     held_until: tuple = ()
     after: tuple = ()
+    grad_sizes: tuple = ()
 
     def to_dict(self):
         """JSON-ready dict (tuples become lists)."""
@@ -136,8 +143,9 @@ class ExecutionFacts:
     backward_order : tuple of int
         Ids of the nodes whose backward runs, in the order it runs (consumers before producers).
     externals : tuple of (str, int)
-        ``(kind, bytes)`` of each array used by the step but made before it (parameters,
-        inputs); kind is one of :data:`EXTERNAL_KINDS`. They are resident during the step.
+        ``(kind, bytes)`` of each array a node reads that no node makes (parameters, inputs);
+        kind is one of :data:`EXTERNAL_KINDS`. Those made before the step are resident during
+        it; those made in it live as `external_made` and `external_free_after` say.
     returned : tuple of (int, int)
         Outputs ``(node, k)`` the step hands outside its graph, never freed during the step:
         returned to the caller, and (without a seed) kept by the caller or a link after the
@@ -154,6 +162,18 @@ class ExecutionFacts:
         Per external array, the external it is a view of, whose gradient its own gradient is
         summed into (PyTorch's ``aten.t`` of a weight used in three places: three gradients,
         one ``weight.grad``), or -1; empty when none is a view.
+    external_made : tuple of int
+        Per external array, the forward position before whose function the step makes it, or
+        -1 when it exists before the step; empty when every one does. An array made during the
+        step outside the graph (the output of a function applied under
+        ``chainer.no_backprop_mode()``, NumPy arithmetic on ``.array``) is not resident: it
+        is allocated at the start of that forward event.
+    external_free_after : tuple of int
+        Per external array, the forward position after whose function the step frees it (at
+        the end of that forward event), or -1 when it lives to the end of the step (always for
+        an external made before the step); empty with `external_made`. The lifetime does not
+        depend on the plan: an executor keeps no such array for a recomputation
+        (``chainer_ext.trace`` pins the functions that read one freed in the forward pass).
     grad_sum : str
         How a second gradient for one array is summed (one of :data:`GRAD_SUMS`): ``"new"``
         into a new array (Chainer, ``lazy_grad_sum=False``); ``"inplace"`` into the pending
@@ -179,11 +199,15 @@ class ExecutionFacts:
     grad_sum: str = "new"
     external_sizes: tuple = ()
     external_bases: tuple = ()
+    external_made: tuple = ()
+    external_free_after: tuple = ()
 
     @property
     def resident(self):
-        """Bytes of the external arrays (parameters and inputs), resident during the step."""
-        return sum(b for _, b in self.externals)
+        """Bytes of the external arrays made before the step (parameters and inputs), resident
+        during it."""
+        made = self.external_made or (-1,) * len(self.externals)
+        return sum(b for (_, b), m in zip(self.externals, made) if m < 0)
 
     def check(self, graph):
         """Raise GraphError naming the first fact that does not fit `graph`."""
@@ -235,6 +259,29 @@ class ExecutionFacts:
             raise GraphError(f"external_bases must be empty or have {len(self.externals)} "
                              f"entries, each -1 or the index of an earlier external, got "
                              f"{bases!r}")
+        self._check_made(graph, pos)
+
+    def _check_made(self, graph, pos):
+        """Raise GraphError unless `external_made` and `external_free_after` fit: -1 or forward
+        positions, freed no earlier than made, every reader between the two."""
+        made, freed, n_ext = self.external_made, self.external_free_after, len(self.externals)
+        if not made and not freed:
+            return
+        if len(made) != n_ext or len(freed) != n_ext:
+            raise GraphError(f"external_made and external_free_after must both be empty or "
+                             f"have {n_ext} entries, got {made!r} and {freed!r}")
+        for e, (m, f) in enumerate(zip(made, freed)):
+            if not (-1 <= m < graph.n and -1 <= f < graph.n and (f < 0 or 0 <= m <= f)):
+                raise GraphError(f"external {e} is made at forward position {m!r} and freed "
+                                 f"after {f!r}: each must be -1 or a forward position, and an "
+                                 f"array freed in the step is made in it, first")
+        for v, nf in enumerate(self.nodes):
+            for s, _ in nf.args:
+                if s < 0 and made[~s] >= 0 and not (
+                        made[~s] <= pos[v] and (freed[~s] < 0 or pos[v] <= freed[~s])):
+                    raise GraphError(f"node {graph.labels[v]!r} reads external {~s} at forward "
+                                     f"position {pos[v]}, outside its lifetime "
+                                     f"({made[~s]}..{freed[~s]})")
 
     def external_target(self, e):
         """The external array whose gradient external `e`'s gradient is summed into (itself,
@@ -264,7 +311,8 @@ class ExecutionFacts:
                 tuple(labels[v] for v in self.backward_order), self.externals,
                 tuple((labels[v], k) for v, k in self.returned),
                 tuple((labels[v], k) for v, k in self.seeds), self.grad_sum,
-                self.external_sizes, self.external_bases)
+                self.external_sizes, self.external_bases, self.external_made,
+                self.external_free_after)
 
     def to_dict(self):
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -276,7 +324,9 @@ class ExecutionFacts:
                 "seeds": [list(o) for o in self.seeds],
                 "grad_sum": self.grad_sum,
                 "external_sizes": list(self.external_sizes),
-                "external_bases": list(self.external_bases)}
+                "external_bases": list(self.external_bases),
+                "external_made": list(self.external_made),
+                "external_free_after": list(self.external_free_after)}
 
     @classmethod
     def from_dict(cls, d):
@@ -289,7 +339,9 @@ class ExecutionFacts:
                    seeds=tuple(tuple(o) for o in d["seeds"]),
                    grad_sum=d.get("grad_sum", "new"),
                    external_sizes=tuple(d.get("external_sizes", ())),
-                   external_bases=tuple(d.get("external_bases", ())))
+                   external_bases=tuple(d.get("external_bases", ())),
+                   external_made=tuple(d.get("external_made", ())),
+                   external_free_after=tuple(d.get("external_free_after", ())))
 
 
 def default_facts(graph):
@@ -428,6 +480,9 @@ def _check_node(graph, v, nf, facts):
     if held and (len(held) != n_out or any(not -1 <= int(x) < graph.n for x in held)):
         raise bad(f"held_until must be empty or have {n_out} entries in -1..{graph.n - 1}, "
                   f"got {held!r}")
+    gs = nf.grad_sizes
+    if gs and (len(gs) != n_arg or not all(_nonneg(b) for b in gs)):
+        raise bad(f"grad_sizes must be empty or have {n_arg} entries of bytes >= 0, got {gs!r}")
     if nf.inplace and all(int(p) < 0 for p in nf.output_views):
         raise bad("inplace needs an output that is a view of an argument (output_views)")
 

@@ -24,12 +24,15 @@ The hooked step then runs in three passes over the graph's :class:`~lowerset.Exe
    ``backward`` its output gradients are freed (``free_grad``). Returned outputs are never freed.
 3. **Memory fold** (:func:`simulate`). Bytes are counted per buffer, so a view (``output_views``,
    ``grad_views``) costs nothing while its base lives and keeps the base alive. A backward
-   allocates one gradient per argument in ``grad_args`` (of the argument's size); a gradient
-   arriving for an array that already has one is summed at once, into a new array (Chainer's
-   default, ``lazy_grad_sum=False``) or in place (PyTorch; ``ExecutionFacts.grad_sum``). Each
+   allocates one gradient per argument in ``grad_args`` (of the argument's size, or its
+   ``grad_sizes`` entry: a broadcast); a gradient arriving for an array that already has one
+   is summed at once, into a new array (Chainer's default, ``lazy_grad_sum=False``) or in
+   place (PyTorch; ``ExecutionFacts.grad_sum``). Each
    event peaks at its start level plus the larger of what it allocates (and, for a backward,
-   the sums' transient arrays) and its measured ``forward_peak``/``backward_peak``. Parameters
-   and inputs (``externals``) are resident.
+   the sums' transient arrays) and its measured ``forward_peak``/``backward_peak``.
+   Parameters and inputs (``externals``) are resident; an external made during the step
+   (``external_made``) is allocated at the start of that forward event and freed at the end
+   of the one ``external_free_after`` names, whatever the plan.
 
 A plain step (no hook; :func:`schedule` of a :class:`~lowerset.Graph`) has no drops and no
 recomputation; a value is freed where the recorded run freed it (``plain_free_after`` in the
@@ -326,9 +329,9 @@ def pinned_nodes(g):
 
 Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_node out_bytes "
                           "out_view returned seed grad_out plain_free state stoch arg_ptr "
-                          "arg_node arg_out arg_target arg_size arg_grad arg_gview rarg_ptr "
-                          "rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd sum_inplace "
-                          "held")
+                          "arg_node arg_out arg_target arg_size arg_gsize arg_grad arg_gview "
+                          "rarg_ptr rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd "
+                          "sum_inplace held ext_bytes made_ptr made_idx efree_ptr efree_idx")
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
@@ -372,6 +375,8 @@ def _flatten(g):
                 arg_node.append(-1), arg_out.append(-1)
                 arg_target.append(n_out + F.external_target(~s))
                 arg_size.append(F.external_size(~s))
+    arg_gsize = [b for nf, (lo, hi) in zip(F.nodes, zip(arg_ptr[:-1], arg_ptr[1:]))
+                 for b in (nf.grad_sizes or arg_size[lo:hi])]
     arg_grad = np.array([bool(x) for nf in F.nodes for x in nf.grad_args], dtype=bool)
     ran = np.zeros(n, dtype=bool)
     ran[list(F.backward_order)] = True
@@ -393,6 +398,12 @@ def _flatten(g):
     fwd = _i64(F.forward_order)
     fpos = np.empty(n, dtype=np.int64)
     fpos[fwd] = np.arange(n)
+    made_at, freed_at = [[] for _ in range(n)], [[] for _ in range(n)]
+    for e, (m, q) in enumerate(zip(F.external_made, F.external_free_after)):
+        if m >= 0:   # made in the step: allocated at the forward event at position m
+            made_at[int(fwd[m])].append(e)
+        if q >= 0:
+            freed_at[int(fwd[q])].append(e)
     return Flat(
         n=n, n_out=n_out, n_targets=n_out + n_ext, resident=int(F.resident), fwd=fwd, fpos=fpos,
         bwd=_i64(F.backward_order), out_ptr=out_ptr, out_node=out_node, out_bytes=out_bytes,
@@ -401,7 +412,7 @@ def _flatten(g):
         state=_i64([nf.state for nf in F.nodes]),
         stoch=np.array([nf.stochastic for nf in F.nodes], dtype=bool), arg_ptr=arg_ptr,
         arg_node=_i64(arg_node), arg_out=arg_out_a, arg_target=_i64(arg_target),
-        arg_size=_i64(arg_size), arg_grad=arg_grad,
+        arg_size=_i64(arg_size), arg_gsize=_i64(arg_gsize), arg_grad=arg_grad,
         arg_gview=_i64([x for nf in F.nodes for x in nf.grad_views]),
         rarg_ptr=_i64([0] + list(np.cumsum([len(r) for r in rarg]))),
         rarg_idx=_i64([a for r in rarg for a in r]),
@@ -412,7 +423,12 @@ def _flatten(g):
         plain_free_bwd=_i64([q for nf in F.nodes
                              for q in (nf.plain_free_in_backward or (-1,) * len(nf.outputs))]),
         sum_inplace=F.grad_sum == "inplace",
-        held=_i64([q for nf in F.nodes for q in (nf.held_until or (-1,) * len(nf.outputs))]))
+        held=_i64([q for nf in F.nodes for q in (nf.held_until or (-1,) * len(nf.outputs))]),
+        ext_bytes=_i64([b for _, b in F.externals]),
+        made_ptr=_i64([0] + list(np.cumsum([len(x) for x in made_at]))),
+        made_idx=_i64([e for x in made_at for e in x]),
+        efree_ptr=_i64([0] + list(np.cumsum([len(x) for x in freed_at]))),
+        efree_idx=_i64([e for x in freed_at for e in x]))
 
 
 # -- the three passes ------------------------------------------------------------------------------
@@ -501,8 +517,9 @@ class EventFold:
         self.resident = f.resident
         self.high = f.resident
         self._facts = (f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
-                       f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out, f.fpeak,
-                       f.bpeak, f.sum_inplace)
+                       f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
+                       f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes, f.made_ptr,
+                       f.made_idx, f.efree_ptr, f.efree_idx)
         self._st = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]))
         self._cap = self._st[0].shape[0]
         self._compact_at = self._cap // 2
@@ -540,8 +557,9 @@ def _fold(g, arrays):
     kind, node, nbytes, optr, oidx = arrays
     timeline, highs = _k.fold(kind, node, nbytes, optr, oidx, f.resident, f.n_out, f.n_targets,
                               f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
-                              f.arg_target, f.arg_size, f.arg_grad, f.arg_gview, f.grad_out,
-                              f.fpeak, f.bpeak, f.sum_inplace)
+                              f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
+                              f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes,
+                              f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx)
     top = int(highs.max()) if highs.size else f.resident
     idx = int(np.argmax(highs)) if highs.size and top > f.resident else -1
     return MemoryFold(timeline=timeline, highs=highs, resident=f.resident,

@@ -6,6 +6,8 @@ name the same one), parameters and inputs, backward passes that read any subset 
 arguments and outputs or none, arguments that get no gradient, outputs and gradients that are
 views, external arrays that are views of others (their gradients summed into the base's),
 edges that carry no array, in-place writes, arrays the step's code holds past their last use,
+gradients smaller than their arrays (broadcasts), external arrays made and freed during the
+step (with ``made_externals=True``),
 saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees in either pass,
 a random subset of nodes whose backward runs (in a random order with consumers first), several
 returned outputs, either way of summing gradients.
@@ -18,8 +20,10 @@ import lowerset as ls
 
 
 @st.composite
-def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
-    """Draw a :class:`lowerset.Graph` whose nodes 0..n-1 carry random :class:`ExecutionFacts`."""
+def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40, made_externals=False):
+    """Draw a :class:`lowerset.Graph` whose nodes 0..n-1 carry random :class:`ExecutionFacts`;
+    with `made_externals`, some external arrays are made and freed during the step
+    (``external_made``, ``external_free_after``)."""
     n = draw(st.integers(min_nodes, max_nodes), label="n")
     n_ext = draw(st.integers(0, 3), label="externals")
     externals = tuple((draw(st.sampled_from(ls.EXTERNAL_KINDS)), draw(st.integers(0, max_bytes)))
@@ -73,7 +77,12 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
             plain_free_in_backward=draw(_backward_frees(freed, v, args, bpos)),
             after=after[v],
             held_until=draw(st.one_of(st.just(()), st.tuples(
-                *[st.sampled_from([-1] + list(range(v, n))) for _ in outs[v]])))))
+                *[st.sampled_from([-1] + list(range(v, n))) for _ in outs[v]]))),
+            grad_sizes=draw(st.one_of(st.just(()), st.tuples(
+                *[st.integers(0, max_bytes) for _ in range(m)])))))
+    made, freed = (), ()
+    if made_externals and n_ext:
+        made, freed = draw(_external_lifetimes(n, n_ext, args))
     sinks = [v for v in range(n) if not any(u == v for u, _ in edges)]
     returned = tuple((v, k) for v in sinks for k in range(len(outs[v])) if draw(st.booleans()))
     seeds = tuple(o for o in returned if draw(st.booleans()))
@@ -84,7 +93,8 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40):
                                   *[st.integers(0, max_bytes) for _ in externals]))),
                               external_bases=draw(st.one_of(st.just(()), st.tuples(
                                   *[st.sampled_from([-1] + list(range(e)))
-                                    for e in range(n_ext)]))))
+                                    for e in range(n_ext)]))),
+                              external_made=made, external_free_after=freed)
     cost = {v: draw(st.integers(1, 5)) for v in range(n)}
     memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
     return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)
@@ -100,6 +110,23 @@ def _backward_frees(freed, v, args, bpos):
     positions = [-1] + list(range(first, len(bpos)))
     return st.one_of(st.just(()), st.tuples(*[st.sampled_from(positions if q < 0 else [-1])
                                               for q in freed]))
+
+
+@st.composite
+def _external_lifetimes(draw, n, n_ext, args):
+    """``(external_made, external_free_after)``: each external made before the step (-1) or
+    at a forward position no later than its first reader, and freed at the end (-1) or after
+    a position from its last reader (or its making) on."""
+    made, freed = [], []
+    for e in range(n_ext):
+        readers = [v for v in range(n) if any(s == ~e for s, _ in args[v])]
+        m = draw(st.sampled_from([-1] + list(range(min(readers, default=n - 1) + 1))),
+                 label=f"external {e} made")
+        made.append(m)
+        first = max([m] + readers)
+        freed.append(-1 if m < 0 else draw(st.sampled_from([-1] + list(range(first, n))),
+                                           label=f"external {e} freed"))
+    return tuple(made), tuple(freed)
 
 
 def _reverse_topological(draw, n, edges, subset):

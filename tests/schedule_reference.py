@@ -308,9 +308,18 @@ def _fold(g, events):
     grad_outputs = _grad_outputs(g)
     timeline = np.zeros(len(events), dtype=np.int64)
     highs = np.zeros(len(events), dtype=np.int64)
+    made_before, freed_after, ext = {}, {}, {}   # arrays made in the step outside the graph
+    for e, (m, q) in enumerate(zip(F.external_made, F.external_free_after)):
+        if m >= 0:
+            made_before.setdefault(F.forward_order[m], []).append(e)
+        if q >= 0:
+            freed_after.setdefault(F.forward_order[q], []).append(e)
     for i, ev in enumerate(events):
         v = g.index[ev.node]
         nf = F.nodes[v]
+        if ev.kind == "forward":
+            for e in made_before.get(v, ()):
+                ext[e] = mem.new(F.externals[e][1])
         before = mem.used
         extra = 0
         if ev.kind in ("forward", "recompute"):
@@ -323,6 +332,11 @@ def _fold(g, events):
             if nf.state and not (ev.kind == "recompute" and nf.stochastic):
                 state[v] = mem.new(nf.state)
             extra = max(0, nf.forward_peak - (mem.used - before))
+            if ev.kind == "forward" and freed_after.get(v):
+                top = mem.used + extra
+                for e in freed_after[v]:
+                    mem.unref(ext.pop(e))
+                extra = top - mem.used
         elif ev.kind in ("drop", "free_value"):
             for k in ev.outputs:
                 mem.unref(val.pop((v, k)))
@@ -352,7 +366,8 @@ def _backward_grads(F, v, nf, mem, pending, gy):
         target = ("n", s, k) if s >= 0 else ("e", F.external_target(~s))
         size = F.nodes[s].outputs[k] if s >= 0 else F.external_size(~s)
         view = nf.grad_views[p]
-        b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(size)
+        made = nf.grad_sizes[p] if nf.grad_sizes else size   # a broadcast: fewer bytes
+        b = mem.ref(gy.get(view)) if view >= 0 and gy.get(view) is not None else mem.new(made)
         if target not in new:
             order.append((target, size))
             new[target] = []

@@ -1,5 +1,7 @@
 """lowerset.schedule: events and bytes against hand-computed cases and a naive oracle."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,8 +16,9 @@ from schedule_reference import events as reference_events
 from strategies import examples
 
 
-def _graph(nodes, externals=(), backward=None, returned=None, seeds=None):
-    """A graph 0..n-1 from NodeFacts keyword dicts (edges from the arguments)."""
+def _graph(nodes, externals=(), backward=None, returned=None, seeds=None, **kw):
+    """A graph 0..n-1 from NodeFacts keyword dicts (edges from the arguments); `kw` are
+    further ExecutionFacts fields."""
     nfs = tuple(ls.NodeFacts(**d) for d in nodes)
     n = len(nfs)
     edges = sorted({(s, v) for v, nf in enumerate(nfs) for s, _ in nf.args if s >= 0}
@@ -23,7 +26,8 @@ def _graph(nodes, externals=(), backward=None, returned=None, seeds=None):
     facts = ls.ExecutionFacts(
         nodes=nfs, forward_order=tuple(range(n)),
         backward_order=tuple(range(n - 1, -1, -1)) if backward is None else backward,
-        externals=externals, returned=returned, seeds=returned if seeds is None else seeds)
+        externals=externals, returned=returned, seeds=returned if seeds is None else seeds,
+        **kw)
     return ls.Graph(list(range(n)), edges, {v: 1 for v in range(n)},
                     {v: sum(nf.outputs) + nf.state for v, nf in enumerate(nfs)}, facts=facts)
 
@@ -172,6 +176,61 @@ class TestHandComputed:
             _graph([node(()), node((), after=(0,))], returned=((1, 0),)).facts.check(
                 ls.Graph([0, 1], [], {0: 1, 1: 1}, {0: 10, 1: 10}))
 
+    def test_arrays_made_in_the_step_live_from_their_forward_to_their_free(self):
+        # external 1 (6 bytes) is made before forward 1 and freed after it; external 0 (4
+        # bytes) is resident. Backward 1 reads nothing; backward 2 reads value 1.
+        g = _graph([
+            dict(outputs=(10,), args=((-1, 0),), grad_args=(False,), output_views=(-1,),
+                 grad_views=(-1,), plain_free_after=(-1,)),
+            dict(outputs=(10,), args=((0, 0), (-2, 0)), grad_args=(True, False),
+                 output_views=(-1,), grad_views=(-1, -1), plain_free_after=(-1,)),
+            dict(outputs=(10,), args=((1, 0),), reads_args=(0,), grad_args=(True,),
+                 output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,))],
+            externals=(("input", 4), ("input", 6)), returned=((2, 0),),
+            external_made=(-1, 1), external_free_after=(-1, 1))
+        plain = ls.schedule(g)
+        assert plain.resident == 4 and g.facts.resident == 4
+        # forward 1 starts at 10 + 6 (the array made before it), allocates 10 (its high, 30
+        # with the resident bytes) and frees the 6 at its end
+        assert plain.timeline.tolist() == [14, 24, 34, 44, 54, 54, 64, 54, 54, 44]
+        assert plain.fold.highs.tolist()[1] == 30 and plain.peak == 64
+        s = ls.schedule(ls.CanonicalStrategy(g, [{0, 1, 2}]))
+        assert _kinds(s) == [
+            ("forward", 0), ("forward", 1), ("free_value", 0), ("forward", 2), ("seed_grad", 2),
+            ("backward", 2), ("free_grad", 2), ("free_value", 1), ("backward", 1),
+            ("free_grad", 1), ("backward", 0), ("free_grad", 0)]
+        assert s.timeline.tolist() == [14, 24, 14, 24, 34, 44, 44, 34, 44, 34, 34, 24]
+        assert s.fold.highs.tolist()[1] == 30 and s.peak == 44
+        # JSON keeps the lifetimes; facts that put a reader outside them raise
+        assert ls.ExecutionFacts.from_dict(g.facts.to_dict()) == g.facts
+        with pytest.raises(ls.GraphError, match="outside its lifetime"):
+            ls.Graph(list(g.labels), g.edges, {v: 1 for v in range(3)},
+                     {v: 10 for v in range(3)},
+                     facts=replace(g.facts, external_made=(-1, 2), external_free_after=(-1, 2)))
+        with pytest.raises(ls.GraphError, match="made in it, first"):
+            ls.Graph(list(g.labels), g.edges, {v: 1 for v in range(3)},
+                     {v: 10 for v in range(3)},
+                     facts=replace(g.facts, external_made=(-1, -1), external_free_after=(-1, 1)))
+
+    def test_a_broadcast_gradient_owns_fewer_bytes(self):
+        # node 1's backward gives node 0 a gradient of 2 bytes (a broadcast of its 10); the
+        # sum with node 2's gradient for value 0 has 10 bytes
+        g = _graph([
+            dict(outputs=(10,), args=(), output_views=(-1,), plain_free_after=(-1,)),
+            dict(outputs=(1,), args=((0, 0),), grad_args=(True,), output_views=(-1,),
+                 grad_views=(-1,), grad_sizes=(2,), plain_free_after=(-1,)),
+            dict(outputs=(1,), args=((0, 0), (1, 0)), grad_args=(True, True),
+                 output_views=(-1,), grad_views=(-1, -1), plain_free_after=(-1,))],
+            returned=((2, 0),))
+        s = ls.schedule(g)
+        assert _kinds(s) == [("forward", 0), ("forward", 1), ("forward", 2), ("seed_grad", 2),
+                             ("backward", 2), ("free_grad", 2), ("backward", 1),
+                             ("free_grad", 1), ("backward", 0), ("free_grad", 0)]
+        # backward 1 makes 2 bytes for value 0 (24 + 2), summed with backward 2's pending 10
+        # into a new 10 (36 at its highest, not 44); the caller holds the seed
+        assert s.timeline.tolist() == [10, 11, 12, 13, 24, 24, 24, 23, 23, 13]
+        assert s.fold.highs.tolist()[6] == 36
+
     def test_stochastic_state_is_kept_and_reused(self):
         g = _graph([dict(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),
                     dict(outputs=(4,), args=((0, 0),), state=9, stochastic=True,
@@ -196,7 +255,7 @@ class TestHandComputed:
 @settings(max_examples=examples(2), deadline=None)
 @given(st.data())
 def test_kernels_equal_the_naive_schedule(data):
-    g = data.draw(graphs_with_facts(), label="graph")
+    g = data.draw(graphs_with_facts(made_externals=True), label="graph")
     s = data.draw(canonical_strategies(g), label="strategy")
     for plan in (s, g):
         evs, timeline, highs = reference_events(plan)
@@ -209,7 +268,7 @@ def test_kernels_equal_the_naive_schedule(data):
 @settings(max_examples=examples(1), deadline=None)
 @given(st.data())
 def test_schedule_invariants(data):
-    g = data.draw(graphs_with_facts(), label="graph")
+    g = data.draw(graphs_with_facts(made_externals=True), label="graph")
     s = data.draw(canonical_strategies(g), label="strategy")
     sched = ls.schedule(s)
     kinds = _kinds(sched)

@@ -39,6 +39,29 @@ def test_peak_memory_reports_parameters_apart():
     assert r.summary()["peak_without_grads"] == r.peak - nbytes
 
 
+def test_a_fresh_lazily_sized_model_is_measured_with_its_new_weights():
+    """A model whose gradients were never set (no cleargrads) and whose first link is sized in
+    the step: no gradient counts as none, and the weights the link makes are the step's."""
+    import chainer.functions as F
+    import chainer.links as L
+    model = chainer.ChainList(L.Linear(None, 64), L.Linear(64, 10))
+    x, t = np.ones((8, 32), np.float32), np.zeros(8, np.int32)
+
+    def step():
+        F.softmax_cross_entropy(model[1](F.relu(model[0](x))), t).backward()
+    r = peak_memory(step, params=model)
+    made = 64 * 32 * 4                                   # model[0].W, made in the step
+    before = 64 * 4 + (10 * 64 + 10) * 4                 # model[0].b, model[1].W and b
+    assert (r.new_param_bytes, r.param_bytes) == (made, before)
+    assert r.param_grad_bytes == made + before           # every parameter got a gradient
+    # model[1]'s gradients existed before the step (Chainer fills new ones with NaN)
+    assert r.new_grad_bytes == 64 * 32 * 4 + 64 * 4
+    assert r.peak >= made + r.new_grad_bytes
+    cols = r.table1_columns(input_bytes=x.nbytes + t.nbytes)
+    assert cols["total_peak"] == r.peak + before + x.nbytes + t.nbytes
+    assert cols["nonparam_peak"] == r.peak - r.param_grad_bytes - made + x.nbytes + t.nbytes
+
+
 def test_new_gradient_in_a_freed_one_s_place_counts_as_new():
     # the step frees each old gradient before making the new one, so CPython may give the new
     # array the freed one's id; it is still a new gradient

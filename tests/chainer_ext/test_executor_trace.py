@@ -10,7 +10,7 @@ import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import RecomputeHook, TraceError, TracedGraph, trace  # noqa: E402
+from chainer_ext import RecomputeHook, TraceError, TracedGraph, peak_memory, trace  # noqa: E402
 
 from chainer_ext_nets import NETS, make, persistents  # noqa: E402
 
@@ -155,6 +155,53 @@ def test_add_gradient_is_recorded_as_a_view_for_both_arguments():
     x = chainer.Variable(np.ones((4, 8), np.float32))
     g = trace(fn)
     assert g.facts.nodes[_by_function(g, "Add")[0]].grad_views == (0, 0)
+
+
+class TwoAdds(chainer.Chain):
+    """h feeds two residual Adds: each Add's backward returns its output gradient for h, so
+    two of h's four gradient contributions are views (the Linears' are new arrays)."""
+
+    def __init__(self, width=512):
+        super().__init__()
+        with self.init_scope():
+            self.l0, self.l1, self.l2 = (L.Linear(width, width) for _ in range(3))
+
+    def forward(self, x):
+        h = F.relu(self.l0(x))
+        return F.sum(F.tanh(h + self.l1(h)) + F.sin(h + self.l2(h)))
+
+
+def test_gradient_contributions_that_are_views_are_recorded():
+    """The gradient h receives is the sum of its contributions, a new array: the trace tells
+    the views apart as each backward returns them, not by what reaches h's producer."""
+    np.random.seed(0)
+    model, x = TwoAdds(), np.random.standard_normal((256, 512)).astype(np.float32)
+    with chainer.using_config("train", True):
+        g = trace(lambda: model(x))
+    relu = _by_function(g, "ReLU")[0]
+    adds = [a for a in _by_function(g, "Add") if g.facts.nodes[a].args[0] == (relu, 0)]
+    assert len(adds) == 2
+    for a in adds:
+        assert g.facts.nodes[a].grad_views == (0, 0)
+    # the plain step: what the schedule predicts is measured (within 0.5% or 64 KiB; the
+    # schedule allocating the views as new arrays over-predicted by 0.5 MiB, 6%)
+    def run():
+        model.cleargrads()
+        model(x).backward()
+    run()
+    measured = peak_memory(run, params=model).peak
+    predicted = lowerset.schedule(g).peak - lowerset.schedule(g).resident
+    assert abs(measured - predicted) <= 0.005 * predicted + (64 << 10), (measured, predicted)
+
+
+def test_a_broadcast_gradient_is_recorded_with_its_own_bytes():
+    """F.average's backward returns a broadcast view of one value per sample and channel: the
+    gradient owns 8 x 16 x 4 bytes, not its argument's 8 x 16 x 32 x 32 x 4."""
+    x = chainer.Variable(np.ones((8, 16, 32, 32), np.float32))
+    g = trace(lambda: F.sum(F.average(F.relu(x), axis=(2, 3)) ** 2))
+    mean = _by_function(g, "Mean")[0]
+    assert g.facts.nodes[mean].grad_sizes == (8 * 16 * 4,)
+    assert g.facts.nodes[_by_function(g, "ReLU")[0]].grad_sizes == ()
 
 
 def test_backward_order_is_chainers():
