@@ -13,8 +13,11 @@ Chen's sqrt(n), the plan of least eq. (2) peak (:func:`lowerset.min_budget`), an
 at a ladder of eq. (2) budgets from its minimal budget to the eq. (2) peak of [V], in both
 modes: the time-centric DP gives the fine partitions and the memory-centric one the coarse
 partitions that liveness analysis favours (the "trial and error" of Sec. 4.4, done with the
-schedule). The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it
-only when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
+schedule), and selective checkpointing's strategies
+(:func:`lowerset.baselines.selective_family`: segments ending at the expensive nodes, whose
+outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
+The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it only
+when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
 about a second. :func:`solve` takes the least overhead on that front within the budget, then
 searches the time-centric DP's eq. (2) budget for the largest one whose plan still fits the
 device budget (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection
@@ -34,7 +37,7 @@ import time
 import numpy as np
 
 from . import dp
-from .baselines import chen_sqrtn
+from .baselines import chen_sqrtn, selective_family
 from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
@@ -112,6 +115,8 @@ def _pool(G, method, max_lower_sets, deadline):
 
     add(CanonicalStrategy(G, [set(G.labels)], method="none"))
     add(chen_sqrtn(G))
+    for s in selective_family(G):
+        add(s)
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     families = ["approx"]
     if method == "exact" and not _large(G, max_lower_sets):

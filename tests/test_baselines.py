@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 
 import lowerset as ls
-from lowerset.baselines import articulation_cuts, chen_greedy, chen_greedy_sweep, chen_sqrtn
+from lowerset.baselines import (articulation_cuts, chen_greedy, chen_greedy_sweep, chen_sqrtn,
+                                selective_cuts, selective_family)
 
 from lowerset.bruteforce import brute_min_budget, sequence_cost
 
@@ -161,3 +162,39 @@ def test_sqrtn_segments_argument():
         chen_sqrtn(g, n_segments=0)
     with pytest.raises(ls.ArgumentTypeError, match="n_segments"):
         chen_sqrtn(g, n_segments=2.0)
+
+
+class TestSelective:
+    """Selective checkpointing as canonical strategies (``baselines.selective_cuts``)."""
+
+    @staticmethod
+    def block_chain():
+        # matmul (cost 10, 8 bytes) then two cheap ops (cost 1, 8 bytes each), three times
+        costs = [10, 1, 1] * 3
+        n = len(costs)
+        return ls.Graph(range(n), [(v, v + 1) for v in range(n - 1)], dict(enumerate(costs)),
+                        dict.fromkeys(range(n), 8))
+
+    def test_cuts_end_at_the_expensive_nodes(self):
+        g = self.block_chain()
+        s = selective_cuts(g, 10)
+        assert [sorted(L) for L in s.lower_sets] == [[0], [0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6],
+                                                     list(range(9))]
+        # the matmuls 3 and 6 end their segments and stay; the cheap ones between are dropped
+        # and recomputed, each from the matmul before it (2 cost units a segment)
+        assert s.schedule.recomputed == [4, 5, 1, 2] and s.schedule.recompute_cost == 4
+        assert [sorted(L) for L in selective_cuts(g, 10, every=2).lower_sets] == [
+            [0, 1, 2, 3], list(range(9))]
+        assert len(selective_cuts(g, 11)) == 1          # nothing that expensive: [V]
+        with pytest.raises(ls.ArgumentError, match="min_cost"):
+            selective_cuts(g, 0)
+
+    @given(dags(max_nodes=9))
+    def test_solve_is_never_worse_than_the_family(self, g):
+        plain = ls.schedule(g).peak
+        least = ls.min_peak(g, "approx").schedule.peak
+        for s in selective_family(g):
+            assert s.schedule.peak >= least
+            if s.schedule.peak <= plain:
+                got = ls.solve(g, budget=s.schedule.peak, method="approx")
+                assert got.schedule.recompute_cost <= s.schedule.recompute_cost

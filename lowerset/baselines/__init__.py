@@ -5,6 +5,10 @@ so costed by the same model (eq. 1 and 2) as the DP's strategies.
   cuts (the paper's comparison in Table 1; Checkmate's "Chen sqrt(n)" for graphs).
 - :func:`chen_greedy`: Chen et al.'s greedy variant with its segment-size knob, and
   :func:`chen_greedy_sweep`, which tries every knob value.
+- :func:`selective_cuts`: selective checkpointing (PyTorch's SAC, ``torch.compile``'s
+  partitioner) as a canonical strategy: segments end at the expensive nodes, whose outputs are
+  kept, and the cheap nodes between them are recomputed; :func:`selective_family` at several
+  cost levels and strides.
 
 :func:`dtr` is no strategy: it simulates Dynamic Tensor Rematerialization, a runtime cache that
 evicts and rematerializes arrays as the step runs, and returns its events as a
@@ -15,6 +19,7 @@ from ._cuts import articulation_cuts
 from .chen_sqrtn import chen_sqrtn
 from .chen_greedy import chen_greedy, chen_greedy_sweep
 from .dtr import DTRSchedule, dtr
+from .selective import selective_cuts, selective_family
 
 __all__ = ["articulation_cuts", "chen_sqrtn", "chen_greedy", "chen_greedy_sweep", "dtr",
-           "DTRSchedule"]
+           "DTRSchedule", "selective_cuts", "selective_family"]
