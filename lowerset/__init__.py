@@ -21,6 +21,7 @@ from . import exceptions, execution, graph, lowersets, strategy, dp, io, schedul
 from . import replay
 from . import optimality
 from . import batching, verifying  # the shared parts of max_batch_size and verify
+from . import plot  # lowerset.plot.timeline(...) after `import lowerset`; matplotlib imported on use
 
 __version__ = "0.1.0"
 

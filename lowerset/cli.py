@@ -167,7 +167,7 @@ def read_graph(path):
             head = f.read(256).lstrip()
     except OSError as e:
         raise CommandError(f"cannot read {path}: {e.strerror or e}") from None
-    if head.startswith(b"{"):
+    if head.startswith((b"{", b"[")) or str(path).lower().endswith(".json"):
         if b'"lowerset.strategy"' in head:
             raise CommandError(f"{path} is a plan, not a graph: use `lowerset simulate {path}`")
         return io.load_graph(path)
@@ -177,8 +177,17 @@ def read_graph(path):
 def _read_plan(path):
     from . import io
 
-    if not os.path.exists(path):
-        raise CommandError(f"cannot read {path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256).lstrip()
+    except OSError as e:
+        raise CommandError(f"cannot read {path}: {e.strerror or e}") from None
+    if b'"lowerset.graph"' in head:
+        raise CommandError(f"{path} is a graph, not a plan: plan it with `lowerset plan {path} "
+                           "--budget SIZE -o PLAN.json`, then simulate PLAN.json")
+    if not head.startswith(b"{"):
+        raise CommandError(f"{path} is not a plan (the JSON file `lowerset plan ... -o "
+                           "PLAN.json` writes)")
     return io.load_strategy(path)
 
 

@@ -124,7 +124,23 @@ class TestPlan:
         assert status == 1 and "use `lowerset simulate" in err
 
 
+    def test_a_json_file_is_read_as_a_graph_json(self, tmp_path):
+        # an empty or non-object .json file is not taken for one of the authors' cg files
+        for name, text in (("empty.json", ""), ("list.json", "[1, 2]")):
+            (tmp_path / name).write_text(text)
+            status, _, err = run("plan", tmp_path / name, "-b", "1GB")
+            assert status == 1 and "n_vars" not in err and name in err, err
+
+
 class TestSimulate:
+    def test_a_graph_or_a_cg_file_is_not_a_plan(self, diamond, vgg):
+        _, path = diamond
+        status, stdout, err = run("simulate", path)
+        assert status == 1 and stdout == "" and err.count("\n") == 1
+        assert f"{path} is a graph, not a plan: plan it with `lowerset plan {path}" in err
+        status, _, err = run("simulate", vgg)
+        assert status == 1 and f"{vgg} is not a plan" in err
+
     def test_reports_the_schedule(self, diamond, tmp_path):
         g, path = diamond
         out = tmp_path / "p.json"

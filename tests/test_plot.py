@@ -43,6 +43,14 @@ def test_importing_plot_does_not_import_matplotlib():
     assert out == "[]"
 
 
+def test_plot_is_an_attribute_of_the_package():
+    # the README's `lowerset.plot.timeline(...)` after `import lowerset` alone
+    code = "import lowerset; print(lowerset.plot.timeline.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "timeline"
+
+
 class TestTimeline:
     def test_data_are_the_schedule(self, tmp_path):
         s = chain_plan()

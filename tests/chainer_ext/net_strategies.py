@@ -3,11 +3,12 @@
 :func:`programs` draws a program of image operations, each applied to earlier tensors of known
 shape so that every program runs: convolutions (3x3 or 1x1, ReLU or not), BatchNormalization
 (with ReLU), dropout, concatenation, a split into two channel halves (views of the input),
-residual adds, max and average pooling, and loss heads (global average, a linear layer,
-softmax cross entropy) at any tensor, and on every tensor no other operation reads, summed
-into one loss: no branch is a dead end. Convolutions and heads are lazily sized
-(``in_channels=None``) or not. :class:`ProgramNet` runs a program. Failing examples shrink
-toward a short program of convolutions.
+residual adds, max and average pooling, arrays made outside the graph (a branch under
+``no_backprop_mode`` added to a graph value, NumPy arithmetic on ``.array``), and loss heads
+(global average, a linear layer, softmax cross entropy) at any tensor and on every tensor no
+other operation reads, summed into one loss: no branch is a dead end. Convolutions and heads
+are lazily sized (``in_channels=None``) or not. :class:`ProgramNet` runs a program. Failing
+examples shrink toward a short program of convolutions.
 """
 
 import chainer
@@ -19,7 +20,7 @@ import numpy as np
 __all__ = ["programs", "ProgramNet", "batch_of", "N_CLASSES"]
 
 #: Operation kinds; the first is what a failing example shrinks to.
-KINDS = ("conv", "bn", "dropout", "concat", "split", "add", "pool", "head")
+KINDS = ("conv", "bn", "dropout", "concat", "split", "add", "pool", "head", "detach", "numpy")
 N_CLASSES = 10
 
 
@@ -60,6 +61,9 @@ def programs(draw, max_ops=10):
             shapes.append((c, s // 2))
         elif kind == "head":
             ops.append(("head", src, c, draw(st.booleans())))
+        elif kind in ("detach", "numpy"):
+            ops.append((kind, src))
+            shapes.append((c, s))
         else:   # a split of an odd count of channels, a pooling of a small image: ReLU
             ops.append(("relu", src))
             shapes.append((c, s))
@@ -77,8 +81,10 @@ class ProgramNet(chainer.Chain):
     ``("conv", src, in_ch, out_ch, k, lazy, relu)``, ``("bn", src, ch)`` (with ReLU),
     ``("dropout", src, ratio)``, ``("concat", src, other)``, ``("add", src, other)``,
     ``("split", src)`` (two tensors), ``("pool", src, "max" | "average")`` (2x2),
-    ``("relu", src)`` and ``("head", src, ch, lazy)`` (a loss: global average, linear,
-    softmax cross entropy, weighted 1 for the last head and 0.5 for the others).
+    ``("relu", src)``, ``("detach", src)`` (plus its tanh computed under
+    ``no_backprop_mode``), ``("numpy", src)`` (times ``Variable(h.array * 0.5)``) and
+    ``("head", src, ch, lazy)`` (a loss: global average, linear, softmax cross entropy,
+    weighted 1 for the last head and 0.5 for the others).
     """
 
     def __init__(self, ops):
@@ -118,6 +124,12 @@ class ProgramNet(chainer.Chain):
                 hs.append(pool(h, 2))
             elif kind == "relu":
                 hs.append(F.relu(h))
+            elif kind == "detach":
+                with chainer.no_backprop_mode():
+                    s = F.tanh(h)
+                hs.append(h + s)
+            elif kind == "numpy":
+                hs.append(h * chainer.Variable(h.array * 0.5))
             else:
                 losses.append(F.softmax_cross_entropy(link(F.average(h, axis=(2, 3))), t))
         loss = losses[-1]

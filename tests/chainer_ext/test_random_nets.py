@@ -53,7 +53,7 @@ def whole_step_peaks(model, x, t, plan, steps=2):
     return out
 
 
-@settings(max_examples=examples(0.05), deadline=None,
+@settings(max_examples=examples(0.1), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=programs())
 def test_whole_step_prediction_on_random_networks(program):
