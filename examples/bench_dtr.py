@@ -250,7 +250,7 @@ def picture(results, path):
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
@@ -271,11 +271,27 @@ def parse_args(argv=None):
                    help="folder of the authors' cg_*.txt files")
     p.add_argument("--jobs", type=int, default=2, help="networks run in parallel (default 2)")
     p.add_argument("--out", default=str(ROOT / "results" / "dtr"))
+    p.add_argument("--render", metavar="JSON", help="write the markdown and the picture of an "
+                   "earlier run's bench_dtr.json to --out, running nothing")
     return p.parse_args(argv)
+
+
+def write_report(results, out, header):
+    """bench_dtr.md and bench_dtr.png of `results` in folder `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_dtr.md").write_text(header + "\n\n" + summary_table(results) + "\n"
+                                      + "\n".join(network_table(r) for r in results))
+    picture(results, out / "bench_dtr.png")
 
 
 def main(argv=None):
     a = parse_args(argv)
+    out = pathlib.Path(a.out)
+    if a.render:
+        data = json.loads(pathlib.Path(a.render).read_text())
+        write_report(data["results"], out, f"Machine: {data['machine']}. Total "
+                     f"{data['elapsed_s'] / 60:.1f} min.")
+        return
     names = a.networks or list(CG + SMALL)
     keys = [f"cg/{n}" for n in names if n in CG]
     if not a.no_traced and has_chainer():
@@ -291,17 +307,14 @@ def main(argv=None):
             print(f"{k}: {results[-1]['nodes']} nodes, h_DTR completes at {t['dtr_completes']} "
                   f"of {len(results[-1]['rows'])} budgets, solve <= h_DTR at "
                   f"{t['solve_at_most_dtr']}, {time.perf_counter() - start:.0f} s", flush=True)
-    out = pathlib.Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
     info = machine_line()
     elapsed = time.perf_counter() - start
+    out.mkdir(parents=True, exist_ok=True)
     (out / "bench_dtr.json").write_text(json.dumps(
         {"machine": info, "elapsed_s": elapsed, "results": results,
          "targets": {r["network"]: targets(r) for r in results}}, indent=1))
-    md = (f"Machine: {info}. Total {elapsed / 60:.1f} min with {a.jobs} job(s).\n\n"
-          + summary_table(results) + "\n" + "\n".join(network_table(r) for r in results))
-    (out / "bench_dtr.md").write_text(md)
-    picture(results, out / "bench_dtr.png")
+    write_report(results, out, f"Machine: {info}. Total {elapsed / 60:.1f} min with {a.jobs} "
+                 "job(s).")
     print(summary_table(results))
     print(f"wrote {out}/bench_dtr.md, .json, .png ({elapsed / 60:.1f} min)")
 
