@@ -4,6 +4,8 @@
 import math
 from collections import Counter
 
+import numpy as np
+
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -103,6 +105,30 @@ class TestUnitChains:
         s = ls.dtr(g, arrays * 1_000_000)
         assert s.recompute_cost <= 2 * n
         check(s, arrays * 1_000_000)
+
+
+class TestFoldPieces:
+    """The fold's pieces a runtime uses (fold_need, fold_compact) against the plain fold."""
+
+    def test_compact_and_need_leave_the_timeline_as_it_is(self):
+        from lowerset import _schedule_kernels as k
+        from lowerset.scheduling import EventFold
+
+        g = unit_chain(64)
+        s = ls.dtr(g, 9_000_000)
+        kind, node, nbytes, optr, oidx = s.arrays
+        fold, half = EventFold(g), len(kind) // 2
+        timeline = [fold.apply(kind[:half], node, nbytes, optr, oidx)[0]]
+        fold._st = k.fold_compact(fold._st, 8)
+        assert fold._st[7][1] < half and fold.used == timeline[0][-1]
+        i = half
+        while i < len(kind):  # one event at a time: the need of the next, then the event
+            need = fold.need(kind[i:i + 1], node[i:], nbytes[i:], optr[i:], oidx)
+            t, h = fold.apply(kind[i:i + 1], node[i:], nbytes[i:], optr[i:], oidx)
+            assert h[0] - timeline[-1][-1] == need
+            timeline.append(t)
+            i += 1
+        assert np.concatenate(timeline).tolist() == s.timeline.tolist()
 
 
 class TestErrors:
