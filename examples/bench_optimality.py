@@ -26,9 +26,11 @@ times anywhere):
 For the last two, the planner's least peak and its recomputation at 0.9, 0.75 and 0.6 x the
 plain step's peak P are set against the canonical and general optimum (or bound), with the
 planner's gap in %: (planner - bound) / bound for peaks; for recomputation the planner's cost
-units against the optimum's (or its bound). Peaks are bytes (GB = 1e9 bytes), costs cost units
-(what ``schedule.recompute_cost`` counts). Prints Markdown tables and the machine; ``--json``
-writes the figures.
+units against the optimum's (or its bound). A general optimum or bound also bounds the
+canonical optimum (every canonical schedule is a general one) and is used where it is higher.
+Peaks are bytes (GB = 1e9 bytes), costs cost units (what ``schedule.recompute_cost`` counts).
+Prints Markdown tables and the machine; ``--json`` writes the figures, ``--render`` prints the
+tables of such a file again.
 
 Usage::
 
@@ -229,8 +231,10 @@ def _fmt(value, proven, unit):
     """A cell: bytes in `unit` ("GB" or "MB") or cost units ("cost"); ">=" marks a bound."""
     if value is None:
         return "infeasible"
+    if value == float("-inf"):
+        return "no bound"
     if unit == "cost":
-        text = f"{value}"
+        text = f"{int(value)}"
     else:
         text = f"{value / (1e9 if unit == 'GB' else 1e6):.4f}"
     return text if proven else f">= {text}"
@@ -243,7 +247,20 @@ def _gap(planner, value, proven):
     return f"{pct:.1f}%" if proven else f"<= {pct:.1f}%"
 
 
+def _canonical_bound(point):
+    """The canonical optimum or bound: a general optimum or bound also bounds it (every
+    canonical schedule is a general one)."""
+    value, proven = point["canonical"], point["canonical_proven"]
+    general = point["general"]
+    if not proven and value is not None and general is not None and general > value:
+        value = general
+    return value, proven
+
+
 def print_rows(title, rows):
+    for r in rows:
+        for p in r["points"]:
+            p["canonical"], p["canonical_proven"] = _canonical_bound(p)
     unit = "GB" if max(r["plain"] for r in rows) >= 1e9 else "MB"
     print(f"### {title}\n")
     print(f"| step | #V | plain peak ({unit}) | planner least peak (cost) | canonical optimum | "
@@ -284,7 +301,15 @@ def main():
     ap.add_argument("--networks-from", choices=["cg", "traced"], default="cg")
     ap.add_argument("--graphs-dir", default=str(HERE.parents[1] / "shared" / "graphs"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--render", type=Path, default=None,
+                    help="print the tables of an earlier run's --json and stop")
     args = ap.parse_args()
+    if args.render:
+        data = json.loads(args.render.read_text())
+        for sample in ("traced", "networks"):
+            if sample in data:
+                print_rows(sample, data[sample])
+        return
     print(machine_line() + "\n")
     out = {}
     if "random" in args.samples:
