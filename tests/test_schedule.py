@@ -358,7 +358,7 @@ def test_default_facts_are_the_papers_conservative_model():
 def test_every_backward_is_scheduled_with_many_seeds():
     # four isolated nodes each seed the backward pass: 7 backward events and a free_grad
     # each, more events than compute events, frees and seeds together (the kernel's event
-    # arrays once held 2 too few and lost the last backward)
+    # arrays have room for a free_grad per backward)
     g = ls.Graph(range(7), [(6, 1), (1, 4), (3, 4), (3, 2)], dict.fromkeys(range(7), 1),
                  dict.fromkeys(range(7), 5))
     s = ls.CanonicalStrategy(g, [set(range(7))])
