@@ -7,6 +7,8 @@ be solved again after rows are added (the no-good cuts of :mod:`lowerset.optimal
 """
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -46,6 +48,20 @@ def _highspy():
             "lowerset.optimum needs the HiGHS solver: pip install 'lowerset[optimum]' "
             "(highspy)") from e
     return highspy
+
+
+def _quiet(make):
+    """``make()`` with the process's standard output (file descriptor 1) sent to the null
+    device: HiGHS prints its banner when a solver is constructed, before any option applies."""
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        return make()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
 
 
 @dataclass
@@ -130,7 +146,7 @@ class Milp:
             Seconds; HiGHS stops with the best solution and bound it has.
         """
         highspy = _highspy()
-        h = highspy.Highs()
+        h = _quiet(highspy.Highs)
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", 0.0)
         h.setOptionValue("mip_abs_gap", 1e-6)
