@@ -331,6 +331,26 @@ class Timeline:
             alloc += int(f.state[v])
         return max(0, int(f.fpeak[v]) - alloc)
 
+    def _made_externals(self):
+        """Bytes per position of the external arrays the step makes itself
+        (``ExecutionFacts.external_made``): from the start of the forward event that makes one
+        to the end of the one ``external_free_after`` names, whatever the plan (bytes, int64,
+        shape (#positions,))."""
+        F = self.g.facts
+        out = np.zeros(len(self.positions), dtype=np.int64)
+        for (_, nbytes), t0, t1 in zip(F.externals, F.external_made, F.external_free_after):
+            if t0 < 0:
+                continue   # resident
+            for p, (kind, _, t) in enumerate(self.positions):
+                if kind == FORWARD and self.rvar[p] < 0:
+                    live = t0 <= t and (t1 < 0 or t <= t1)
+                elif kind == FORWARD:   # a run in forward stage t, before its target
+                    live = t0 <= t - 1 and (t1 < 0 or t - 1 < t1)
+                else:
+                    live = t1 < 0
+                out[p] += nbytes if live else 0
+        return out
+
     def _memory_rows(self):
         f, m = self.f, self.milp
         seed, high, after = gradient_levels(self.g)
@@ -348,10 +368,11 @@ class Timeline:
             elif kind == BACKWARD:
                 grads[p] = high[q]
                 level = after[q]
+        made = self._made_externals()
         for p, (kind, v, _) in enumerate(self.positions):
             if kind == GAP:
                 continue
-            const, terms = f.resident + int(grads[p]), []
+            const, terms = f.resident + int(grads[p]) + int(made[p]), []
             for b, xs in members.items():
                 nb = self.slot_bytes(b)
                 if nb == 0:
@@ -384,5 +405,9 @@ class Timeline:
             if p == last_forward and seed:
                 # the initial gradients, before the last forward's frees
                 seed_terms = [(c, b / k) for c, b in terms if c != self.rvar[p]]
+                gone = sum(b for (_, b), t0, t1 in zip(self.g.facts.externals,
+                                                       self.g.facts.external_made,
+                                                       self.g.facts.external_free_after)
+                           if t0 >= 0 and t1 == self.g.n - 1)   # freed by the last forward
                 m.row(seed_terms + [(self.peak, -1)],
-                      ub=-(const - int(grads[p]) + seed - (ex if col < 0 else 0)) / k)
+                      ub=-(const - int(grads[p]) + seed - gone - (ex if col < 0 else 0)) / k)
