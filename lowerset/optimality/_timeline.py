@@ -25,8 +25,9 @@ Minimising memory puts ``alive`` at 1 exactly from each making to the last read 
 one: liveness analysis, the schedule's rule (frees right after the last read). The memory at a
 position (one row, at most the peak column P) counts, in bytes, every buffer alive there (a view
 shares its base's buffer and keeps it alive: the buffer counts while any of its arrays is
-alive), the resident bytes, the gradients alive there and, at a run, its workspace beyond what
-it allocates (``forward_peak``). Gradients do not depend on the plan: their bytes at each
+alive), the resident bytes, the arrays the step makes outside the graph (``external_made``,
+alive as the facts say whatever the plan), the gradients alive there and, at a run, its
+workspace beyond what it allocates (``forward_peak``). Gradients do not depend on the plan: their bytes at each
 backward (its highest point, its workspace included) and between backward steps come from the
 schedule's own fold (:func:`lowerset.scheduling.simulate`) over the gradient events alone. The
 step's initial gradients (``seed_grad``) count from the last forward on.
