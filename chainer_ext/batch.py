@@ -53,6 +53,7 @@ from lowerset.batching import (PLANNERS, BatchSizeResult, BatchTrial, least_peak
                                predict)
 
 from . import _backend
+from ._chainer_internals import grad_or_none
 from .exceptions import ChainerExtError
 from .hook import RecomputeHook
 from .memory import peak_memory
@@ -347,7 +348,7 @@ def _search(loss_fn, limit, planner, method, params, traced, max_batch, max_step
     def run(b, strategy, graph):
         return cap.run(_make_step(loss_fn, b, strategy, params), limit, graph.facts.resident)
 
-    saved = [(p, p.grad) for p in params]
+    saved = [(p, grad_or_none(p)) for p in params]
     try:
         return batching.search(traced, limit, run, planner, method, front=_FRONT,
                                max_batch=max_batch, max_steps=max_steps, device=cap.device)

@@ -8,6 +8,7 @@ from lowerset.verifying import VerificationError, VerifyReport, compare
 
 from . import _backend
 from . import _effects
+from ._chainer_internals import grad_or_none
 from .hook import RecomputeHook
 
 __all__ = ["verify", "VerifyReport", "VerificationError"]
@@ -94,7 +95,7 @@ class _State:
 
     def save_start(self):
         self.start = (np.random.get_state(),
-                      {k: _copy(p.grad) for k, p in self.params.items()},
+                      {k: _copy(grad_or_none(p)) for k, p in self.params.items()},
                       {k: _copy(p.array) for k, p in self.params.items()},
                       {k: _copy(getattr(o, a)) for k, (o, a) in self.persist.items()})
 
@@ -125,7 +126,7 @@ class _State:
     def result(self, loss):
         out = {"loss": _copy(loss.array)}
         for k, p in self.params.items():
-            out["grad " + k] = _copy(p.grad)
+            out["grad " + k] = _copy(grad_or_none(p))
         for k, (o, a) in self.persist.items():
             out["persistent " + k] = _copy(getattr(o, a))
         for k, (a, _) in self.found.items():
@@ -207,7 +208,7 @@ class _Watch(chainer.FunctionHook):
                 if isinstance(var, chainer.Parameter) and id(var) not in seen:
                     seen.add(id(var))
                     name = f"{type(f).__name__}#{i}/{var.name}"
-                    self.params[name], self.grads[name] = var, _copy(var.grad)
+                    self.params[name], self.grads[name] = var, _copy(grad_or_none(var))
         self.funcs = []
 
 

@@ -128,3 +128,23 @@ def test_reports_a_differing_persistent_value(monkeypatch):
     assert not report.ok and report.events_equal
     assert report.mismatches and all(k.startswith("persistent /") for k in report.mismatches)
     assert report.first_mismatch.endswith(("/avg_mean", "/avg_var"))
+
+
+def test_a_fresh_lazily_sized_model():
+    """A model traced through a copy: its own lazily sized link is not made yet and no
+    gradient was ever set. Both runs make the link's weights from the same random state, and
+    the model is left unsized, as it was."""
+    import copy
+    np.random.seed(0)
+    model = chainer.ChainList(L.Linear(None, 64), L.Linear(64, 10))
+    x, t = np.random.standard_normal((32, 16)).astype(np.float32), np.zeros(32, np.int32)
+
+    def loss(m):
+        return F.softmax_cross_entropy(m[1](F.dropout(F.relu(m[0](x)), 0.3)), t)
+    traced = copy.deepcopy(model)
+    g = trace(lambda: loss(traced))
+    with chainer.using_config("train", True):
+        report = verify(lambda: loss(model), lowerset.min_peak(g), model=model)
+    assert report.ok and report.events_equal
+    assert "grad /0/W" in report.compared
+    assert model[0].W.array is None
