@@ -2,7 +2,7 @@
 
 Implements Kusumoto et al., "A Graph Theoretic Framework of Recomputation Algorithms for
 Memory-Efficient Backpropagation", NeurIPS 2019. Framework-free: this package never imports
-Chainer.
+Chainer or PyTorch (``chainer_ext`` and ``torch_ext`` are the front ends).
 """
 
 from .exceptions import *  # noqa: F401,F403
@@ -21,7 +21,7 @@ from . import exceptions, execution, graph, lowersets, strategy, dp, io, schedul
 from . import replay
 from . import optimality
 from . import batching, verifying  # the shared parts of max_batch_size and verify
-from . import plot  # lowerset.plot.timeline(...) after `import lowerset`; matplotlib imported on use
+from . import plot  # lowerset.plot.timeline after `import lowerset`; matplotlib imported on use
 
 __version__ = "0.1.0"
 
