@@ -275,7 +275,8 @@ class _TraceHook(chainer.FunctionHook):
         if ref is not None and ref() is root:
             return info
         info = _External(int(root.nbytes))
-        if tracemalloc.is_tracing() and tracemalloc.get_object_traceback(root) is not None:
+        if (self.probe is not None and self.probe.device == "cpu"
+                and tracemalloc.get_object_traceback(root) is not None):
             ref, at = self._outside_made.get(id(root), (None, None))
             info.made = at if ref is not None and ref() is root else self._started - 1
 
@@ -535,11 +536,11 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
     array made during the step outside the graph (the output of a function under
     ``no_backprop_mode``, NumPy arithmetic on ``.array``) that a node reads is an external
     input with a lifetime (``facts.external_made``, ``facts.external_free_after``): made
-    before the function applied under ``no_backprop_mode`` that made it returns, or before its
-    first reader, and freed where the traced run freed it. A function that reads such an
-    array freed in the forward pass is pinned (a recomputation would need it). An array
-    counts as made during the step when tracemalloc saw it allocated (on the CPU, with
-    `measure_memory`, after the first function applied); else it is resident.
+    where the function applied under ``no_backprop_mode`` that made it ran (else before its
+    first reader's forward) and freed where the traced run freed it. A function that reads
+    such an array freed in the forward pass is pinned (a recomputation would need it). An
+    array counts as made during the step when the trace's tracemalloc saw it allocated (on the
+    CPU with `measure_memory`, from the first function applied on); else it is resident.
 
     References
     ----------
