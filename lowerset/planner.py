@@ -108,7 +108,7 @@ def _pool(G, method, max_lower_sets, deadline):
     seen, out = set(), []
 
     def add(s):
-        key = np.packbits(s._masks).tobytes()
+        key = s._seg.tobytes()
         if key not in seen:
             seen.add(key)
             out.append(s)
@@ -286,8 +286,8 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
         s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
                      time_limit=time_limit)
         # no budget: the one it was planned at counts activation bytes, not the step's
-        return CanonicalStrategy.from_family(G, s.masks(), method=s.method, mode=s.mode,
-                                             planner_seconds=s.planner_seconds)
+        return CanonicalStrategy.from_segments(G, s.segment_of_nodes(), method=s.method,
+                                               mode=s.mode, planner_seconds=s.planner_seconds)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
                  time_limit=time_limit)

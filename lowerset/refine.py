@@ -61,8 +61,7 @@ PAIR_EVALUATIONS = 1000
 
 def strategy_of_labels(graph, seg, **meta):
     """The :class:`CanonicalStrategy` of a monotone labelling without empty segments."""
-    k = int(seg.max()) + 1
-    return CanonicalStrategy.from_family(graph, [seg <= i for i in range(k)], **meta)
+    return CanonicalStrategy.from_segments(graph, seg, **meta)
 
 
 class _Scheduler:

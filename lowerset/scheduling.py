@@ -252,10 +252,7 @@ def dropped_nodes(strategy):
 
 def segment_labels(strategy):
     """Int64 per node id (shape (n,)): the 0-based segment i of each node, ``v ∈ V_{i+1}``."""
-    seg = np.empty(strategy.graph.n, dtype=np.int64)
-    for i, m in enumerate(strategy._segment_masks):
-        seg[m] = i
-    return seg
+    return strategy.segment_of_nodes()
 
 
 def dropped_of_labels(g, seg):

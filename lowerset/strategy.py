@@ -117,20 +117,28 @@ class CanonicalStrategy:
         if not masks[-1].all():
             missing = graph.nodes_of(~masks[-1])
             raise StrategyError(f"the last lower set must be V; it misses {sorted(map(repr, missing))[:5]}")
-        self._set(masks, method, mode, budget, planner_seconds)
+        self._set(_segments_of_masks(masks, graph.n), method, mode, budget, planner_seconds)
 
     @classmethod
     def from_family(cls, graph, masks, **meta):
         """A strategy from the planner's own lower sets (bool masks, shape (n,), strictly
         increasing lower sets ending at V), without checking them again; `meta`: `method`,
         `mode`, `budget`, `planner_seconds` as in the constructor."""
+        return cls.from_segments(graph, _segments_of_masks(masks, graph.n), **meta)
+
+    @classmethod
+    def from_segments(cls, graph, seg, **meta):
+        """A strategy from the 0-based segment of each node (int64, shape (n,): ``seg[v] = i``
+        for v in V_{i+1}; monotone along every edge, every segment 0..max non-empty), without
+        checking it; `meta` as in :meth:`from_family`."""
         self = cls.__new__(cls)
         self.graph = graph
-        self._set(masks, **meta)
+        self._set(np.ascontiguousarray(seg, dtype=np.int64), **meta)
         return self
 
-    def _set(self, masks, method=None, mode=None, budget=None, planner_seconds=None):
-        self._masks = masks
+    def _set(self, seg, method=None, mode=None, budget=None, planner_seconds=None):
+        seg.setflags(write=False)
+        self._seg = seg
         self.method = method
         self.mode = mode
         self.budget = budget
@@ -138,37 +146,67 @@ class CanonicalStrategy:
         self._evaluate()
 
     def _evaluate(self):
-        """Eq. (1) and eq. (2) of every segment at once: row i of each (k, n) or (k, #E) bool
-        array is lower set L_i."""
+        """Eq. (1) and eq. (2) of every segment at once, in O(#V + #E + k) from the segment of
+        each node (``seg[v] = i - 1`` for v in V_i):
+
+        - v lies on ∂(L_i) exactly for ``seg[v] <= i - 1 < last[v]``, with ``last[v]`` the
+          largest segment of its successors (so v is in U_i from i = seg[v] + 1 on, and the
+          nodes on no boundary are recomputed: eq. (1));
+        - w lies in δ+(L_i)∖L_i for ``first[w] <= i - 1 < seg[w]``, with ``first[w]`` the
+          least segment of its predecessors;
+        - p lies in δ−(δ+(L_i))∖L_i for ``min first[w] <= i - 1 < seg[p]`` over its successors
+          w (then i - 1 < seg[p] <= seg[w]).
+
+        Each term of eq. (2) is then a sum over a range of segments per node."""
         g = self.graph
         T, M = g.cost, g.memory
-        src = np.repeat(np.arange(g.n), np.diff(g.succ_ptr))  # edge (src[j], dst[j])
-        dst = g.succ_idx
-        L = np.array(self._masks, dtype=bool).reshape(len(self._masks), g.n)
-        prev = np.zeros_like(L)
-        prev[1:] = L[:-1]
-        Vi = L & ~prev
-        leaving = L[:, src] & ~L[:, dst]       # edges from L_i to V∖L_i
-        rows, cols = np.nonzero(leaving)
-        bnd = np.zeros_like(L)                 # ∂(L_i) = δ−(V∖L_i) ∩ L_i
-        bnd[rows, src[cols]] = True
-        succ_out = np.zeros_like(L)            # δ+(L_i) ∖ L_i
-        succ_out[rows, dst[cols]] = True
-        rows, cols = np.nonzero(succ_out[:, dst] & ~L[:, src])
-        pred_of = np.zeros_like(L)             # δ−(δ+(L_i)) ∖ L_i
-        pred_of[rows, src[cols]] = True
-        cached_before = np.zeros_like(L)       # U before segment i: ∂(L_1) ∪ ... ∪ ∂(L_{i-1})
-        cached_before[1:] = np.logical_or.accumulate(bnd, axis=0)[:-1]
+        seg = self._seg
+        k = int(seg.max()) + 1
+        has_succ = np.diff(g.succ_ptr) > 0
+        has_pred = np.diff(g.pred_ptr) > 0
+        last = seg.copy()
+        if has_succ.any():
+            last[has_succ] = np.maximum.reduceat(seg[g.succ_idx], g.succ_ptr[:-1][has_succ])
+        first = np.full(g.n, k, dtype=np.int64)
+        if has_pred.any():
+            first[has_pred] = np.minimum.reduceat(seg[g.pred_idx], g.pred_ptr[:-1][has_pred])
+        reach = np.full(g.n, k, dtype=np.int64)   # least first[w] over the successors w
+        if has_succ.any():
+            reach[has_succ] = np.minimum.reduceat(first[g.succ_idx], g.succ_ptr[:-1][has_succ])
+        kept = last > seg
+        self._last = last
 
-        def nbytes(mask):
-            return np.where(mask, M, 0).sum(axis=1)
+        def ranged(lo, hi, weight):
+            """Per segment i (0-based), the sum of `weight` over the nodes with lo <= i < hi."""
+            on = lo < hi
+            diff = np.zeros(k + 1, dtype=np.int64)
+            np.add.at(diff, lo[on], weight[on])
+            np.add.at(diff, hi[on], -weight[on])
+            return np.cumsum(diff[:k])
 
-        profile = nbytes(cached_before) + 2 * nbytes(Vi) + nbytes(succ_out) + nbytes(pred_of)
+        cached_before = ranged(seg + 1, np.where(kept, k, 0), M)
+        own = np.bincount(seg, weights=M, minlength=k).astype(np.int64)
+        profile = (cached_before + 2 * own + ranged(first, seg, M)
+                   + ranged(reach, seg, M))
         self.memory_profile = [int(x) for x in profile]
         self.peak_memory = max(self.memory_profile)
-        self.overhead = int(np.where(Vi & ~bnd, T, 0).sum())
-        self._segment_masks, self._cached_masks = list(Vi), list(bnd)
-        self._recomputed_mask = ~(cached_before[-1] | bnd[-1])
+        self.overhead = int(T[~kept].sum())
+        self._recomputed_mask = ~kept
+
+    @cached_property
+    def _masks(self):
+        """Bool masks (shape (n,)) of L_1, ..., L_k."""
+        return [self._seg <= i for i in range(int(self._seg.max()) + 1)]
+
+    @cached_property
+    def _segment_masks(self):
+        """Bool masks (shape (n,)) of V_1, ..., V_k."""
+        return [self._seg == i for i in range(int(self._seg.max()) + 1)]
+
+    @cached_property
+    def _cached_masks(self):
+        """Bool masks (shape (n,)) of ∂(L_1), ..., ∂(L_k)."""
+        return [(self._seg <= i) & (self._last > i) for i in range(int(self._seg.max()) + 1)]
 
     @cached_property
     def lower_sets(self):
@@ -199,8 +237,13 @@ class CanonicalStrategy:
         """Return the bool masks (shape (n,), node ids of ``graph.labels``) of L_1, ..., L_k."""
         return [m.copy() for m in self._masks]
 
+    def segment_of_nodes(self):
+        """Return the 0-based segment of each node (int64, shape (n,), node ids of
+        ``graph.labels``): ``i`` for the nodes of V_{i+1}."""
+        return self._seg.copy()
+
     def __len__(self):
-        return len(self.lower_sets)
+        return int(self._seg.max()) + 1
 
     def __repr__(self):
         return (f"CanonicalStrategy(k={len(self)}, overhead={self.overhead}, "
@@ -295,3 +338,12 @@ class CanonicalStrategy:
             graph = stored
         return cls(graph, lower_sets, method=data.get("method"),
                    mode=data.get("mode"), budget=budget)
+
+
+def _segments_of_masks(masks, n):
+    """The 0-based segment of each node (int64, shape (n,)) of strictly increasing lower sets
+    given as bool masks: the number of them that leave the node out."""
+    seg = np.full(n, len(masks), dtype=np.int64)
+    for m in masks:
+        seg -= np.asarray(m, dtype=bool)
+    return seg

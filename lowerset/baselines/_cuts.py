@@ -35,14 +35,24 @@ def articulation_cuts(G):
     .. [1] Chen et al., "Training deep nets with sublinear memory cost", 2016 (Sec. 4).
     .. [2] Kusumoto et al., NeurIPS 2019, Sec. 2 ("Chen's recomputation algorithm").
     """
+    anc, chain, _ = _chain(G)
+    return [(v, mask_of_bits(anc[v], G.n)) for v in chain]
+
+
+def _chain(G):
+    """(ancestor bitsets of every node, the node ids v of :func:`articulation_cuts` in order,
+    M(L_v) of each in bytes), without a mask per node."""
     anc = _kernels.ancestor_sets(G.n, G.n_words, G.pred_ptr, G.pred_idx)
-    size, *_, bptr, bidx, _ = _kernels.set_stats(anc, G.n, G.cost, G.memory, G.pred_ptr,
-                                                 G.pred_idx, G.succ_ptr, G.succ_idx)
-    cuts = [(v, mask_of_bits(anc[v], G.n)) for v in range(G.n)
+    size, _, tot_m, *_, bptr, bidx, _ = _kernels.set_stats(anc, G.n, G.cost, G.memory,
+                                                          G.pred_ptr, G.pred_idx, G.succ_ptr,
+                                                          G.succ_idx)
+    cuts = [v for v in range(G.n)
             if size[v] < G.n and bptr[v + 1] - bptr[v] == 1 and bidx[bptr[v]] == v]
-    cuts.sort(key=lambda c: int(c[1].sum()))
+    cuts.sort(key=lambda v: int(size[v]))
     chain = []
-    for v, mask in cuts:
-        if not chain or (mask >= chain[-1][1]).all() and mask.sum() > chain[-1][1].sum():
-            chain.append((v, mask))
-    return chain
+    for v in cuts:
+        # L_u ⊆ L_v exactly when u is an ancestor of v (or v itself)
+        u = chain[-1] if chain else None
+        if u is None or (int(anc[v, u >> 6]) >> (u & 63)) & 1 and size[v] > size[u]:
+            chain.append(v)
+    return anc, chain, [int(tot_m[v]) for v in chain]

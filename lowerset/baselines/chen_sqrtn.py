@@ -7,7 +7,8 @@ import numpy as np
 
 from .._validate import check_count, requires_graph
 from ..strategy import CanonicalStrategy
-from ._cuts import articulation_cuts
+from ..lowersets import mask_of_bits
+from ._cuts import _chain
 
 __all__ = ["chen_sqrtn"]
 
@@ -53,20 +54,20 @@ def chen_sqrtn(G, n_segments=None):
     (5, 'chen-sqrtn')
     """
     start = time.perf_counter()
-    cuts = articulation_cuts(G)
+    anc, cuts, cum = _chain(G)
     if n_segments is None:
         k = int(round(math.sqrt(len(cuts))))
     else:
         k = min(check_count(n_segments, "n_segments") - 1, len(cuts))
     chosen = []
     if k > 0 and cuts:
-        cum = np.array([int(G.memory[mask].sum()) for _, mask in cuts], dtype=np.float64)
+        cum = np.array(cum, dtype=np.float64)
         total = float(G.total_memory()) or 1.0
         picked = set()
         for j in range(1, k + 1):
             i = int(np.argmin(np.abs(cum - total * j / (k + 1))))
             picked.add(i)
-        chosen = [cuts[i][1] for i in sorted(picked)]
+        chosen = [mask_of_bits(anc[cuts[i]], G.n) for i in sorted(picked)]
     lower_sets = chosen + [np.ones(G.n, dtype=bool)]
     return CanonicalStrategy(G, lower_sets, method="chen-sqrtn",
                              planner_seconds=time.perf_counter() - start)

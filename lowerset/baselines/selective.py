@@ -60,14 +60,11 @@ def selective_cuts(G, min_cost, every=1):
         raise ArgumentError(f"min_cost must be a positive number of cost units, got {min_cost!r}")
     every = check_count(every, "every")
     order = np.asarray(G.facts.forward_order, dtype=np.int64)
-    ends = [i for i, v in enumerate(order.tolist()) if G.cost[v] >= min_cost and i < G.n - 1]
-    masks = []
-    for i in ends[every - 1::every]:
-        m = np.zeros(G.n, dtype=bool)
-        m[order[:i + 1]] = True
-        masks.append(m)
-    masks.append(np.ones(G.n, dtype=bool))
-    return CanonicalStrategy.from_family(G, masks, method="selective")
+    ends = np.flatnonzero(G.cost[order[:-1]] >= min_cost)[every - 1::every]
+    # the node at forward position j is in the segment after every cut position before it
+    seg = np.empty(G.n, dtype=np.int64)
+    seg[order] = np.searchsorted(ends, np.arange(G.n), side="left")
+    return CanonicalStrategy.from_segments(G, seg, method="selective")
 
 
 def selective_family(G, thresholds=8, strides=(1, 2, 4, 8)):
@@ -86,7 +83,7 @@ def selective_family(G, thresholds=8, strides=(1, 2, 4, 8)):
     for c in levels.tolist():
         for every in strides:
             s = selective_cuts(G, int(c), every)
-            key = np.packbits(s._masks).tobytes()
+            key = s.segment_of_nodes().tobytes()
             if key not in seen:
                 seen.add(key)
                 out.append(s)
