@@ -16,6 +16,9 @@ import torch_ext  # noqa: E402
 from torch_nets import cut_plan, first_difference, save, step  # noqa: E402
 
 C = 4
+# the schedule leaves out a few 8-byte scalars that live in a larger buffer (README, "PyTorch");
+# the smallest activation here is 2 * 4 * 6 * 6 float32 = 1152 bytes, far above this slack
+SCALARS = 64
 LAYERS = ("conv_bn_relu_", "add", "cat_conv", "split_swap", "transpose", "dropout", "tanh",
           "mul", "softmax")
 
@@ -93,10 +96,10 @@ def test_random_nets_run_any_strategy_bitwise(net, data):
     graph = torch_ext.trace(fn, model=model)
     state = save(model)
     plain, plain_peak, _ = step(model, fn, state)
-    assert plain_peak == lowerset.schedule(graph).peak - graph.facts.resident
+    assert abs(plain_peak - (lowerset.schedule(graph).peak - graph.facts.resident)) <= SCALARS
     cuts = data.draw(st.lists(st.integers(1, max(1, graph.n - 1)), max_size=4), label="cuts")
     for plan in (cut_plan(graph, cuts), lowerset.min_peak(graph)):
         planned, peak, ctx = step(model, fn, state, plan)
         assert first_difference(plain, planned) is None
         assert ctx.events == list(plan.schedule.events)
-        assert peak == plan.schedule.peak - graph.facts.resident
+        assert abs(peak - (plan.schedule.peak - graph.facts.resident)) <= SCALARS
