@@ -174,8 +174,9 @@ def network_sample(source, graphs_dir):
 
     out = []
     for name in NETWORKS:
-        net = t1.NETWORKS[name]
-        batch, size = t1.PRESETS["cpu"][name]
+        key = "densenet161" if name == "densenet" else name   # reproduce_table1's name
+        net = t1.NETWORKS[key]
+        batch, size = t1.PRESETS["cpu"][key]
         np.random.seed(0)
         model = net.build(size)
         x, t = net.make_batch(batch, size, xp=np)

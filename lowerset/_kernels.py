@@ -466,7 +466,7 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 @njit(cache=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
               tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, word_lo,
-              word_hi, span_lo, fstart, fend, key_m, key_t, pm_m, pm_t, ft, fm, fpa, fpe, used,
+              word_hi, fstart, fend, key_m, key_t, pm_m, pm_t, ft, fm, fpa, fpe, used,
               scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
@@ -503,9 +503,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
     cost, memory : ndarray of int64, shape (n,)
     word_lo, word_hi : ndarray of int64, shape (s,)
         The words of each set that the subset test reads (:func:`word_ranges`).
-    span_lo : ndarray of int64, shape (s,)
-        The first candidate subset of each target set (0: all; see :func:`span_starts`). A
-        positive entry leaves transitions out, so the DP is exact only where it is 0.
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
     key_m, key_t : ndarray of int64, shape (s,)
@@ -564,8 +561,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         if a_t > a_lo:  # candidates left out by the overhead cap: the deepening goes on
             capped += 1
             a_lo = a_t
-        if span_lo[b] > a_lo:
-            a_lo = span_lo[b]
         work += a_end - a_lo + 1
         for a in range(a_lo, a_end):
             if key_m[a] > room:
@@ -668,7 +663,7 @@ def _grow(arr, new_cap):
 
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, word_lo, word_hi, span_lo, fstart,
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, word_lo, word_hi, fstart,
                 fend, key_m, pm_m, fm, fp, fpa, fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
@@ -686,7 +681,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
-    word_lo, word_hi, span_lo : as in :func:`dp_fronts`.
+    word_lo, word_hi : as in :func:`dp_fronts`.
     key_m, pm_m : ndarray of int64, shape (s,)
         As in :func:`dp_fronts`: per finished set, its front's least cached bytes minus
         ``2 tot_m[b]`` (INF for an empty front), and the prefix minimum of those.
@@ -713,7 +708,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
         # entry (cached bytes increase along it): a set a above `upper` that way is skipped
         room = upper - 2 * tot_m[b] - extra[b]
         a_end = class_start[b]
-        a_lo = max(_first_at_most_key(pm_m, a_end, room), span_lo[b])
+        a_lo = _first_at_most_key(pm_m, a_end, room)
         work += a_end - a_lo + 1
         for a in range(a_lo, a_end):
             if key_m[a] > room:

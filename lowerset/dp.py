@@ -184,17 +184,8 @@ def _new_fronts(fam):
             np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
 
 
-def _span_starts(fam, span):
-    """Per target set, the first candidate subset whose difference with it has at most `span`
-    nodes (int64, shape (s,); zeros when `span` is None: every candidate, the exact DP)."""
-    if span is None:
-        return np.zeros(fam.sets.shape[0], dtype=np.int64)
-    return np.searchsorted(fam.size, fam.size - int(span), side="left").astype(np.int64)
-
-
-def _run_front_dp(G, fam, budget, maximize, deadline, tcap, span=None):
+def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
     fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
-    span_lo = _span_starts(fam, span)
     T = G.total_cost()
     _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
                          "scale the costs down")
@@ -209,7 +200,7 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, span=None):
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), fam.sets,
             fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
-            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi, span_lo,
+            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi,
             fstart, fend, keys[0], keys[1], keys[2], keys[3], st["ft"], st["fm"], st["fpa"],
             st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
         st["capped"] += capped
@@ -220,10 +211,9 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, span=None):
     return fstart, fend, st["ft"], st["fm"], st["fpa"], st["fpe"], st["capped"]
 
 
-def _min_budget_search(G, fam, upper, deadline, span=None):
+def _min_budget_search(G, fam, upper, deadline):
     s = fam.sets.shape[0]
     fstart, fend, keys, fm, fp, fpa, fpe = _new_fronts(fam)
-    span_lo = _span_starts(fam, span)
     st = {"fm": fm, "fp": fp, "fpa": fpa, "fpe": fpe, "used": 1}
 
     def step(lo, work_budget, max_entries):
@@ -231,7 +221,7 @@ def _min_budget_search(G, fam, upper, deadline, span=None):
             _kernels.peak_fronts(
                 lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
                 fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi, span_lo, fstart, fend,
+                fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi, fstart, fend,
                 keys[0], keys[2], st["fm"], st["fp"], st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 
