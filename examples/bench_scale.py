@@ -1,0 +1,431 @@
+"""Benchmark the device-budget planner on block-repetitive graphs from 100 to 10,000 nodes.
+
+For each family of ``examples/block_graphs.py`` (transformer, resnet, unet, inception; default
+facts) and each size (nodes, geometric steps): the lower sets, the plain step's peak, and per
+call -- ``min_peak``, ``solve`` at 0.9 x plain, halfway between the least peak and plain, and
+the least peak + 10% of that gap, and ``pareto`` -- the wall time, the result's peak (bytes)
+and recompute cost, and the planner's memory: the growth of the process's resident set over
+its size before the call (Linux's VmHWM, reset before each call through
+``/proc/self/clear_refs``; elsewhere the growth of ``ru_maxrss``, a lower bound). Each call runs
+on a fresh graph after Numba's JIT warm-up. A call that passes ``--time-limit`` is recorded as
+such (with its wall time, to show how far past the limit it stopped) and the family's larger
+sizes are skipped. The fitted slope is that of log(time) against log(nodes) (numpy.polyfit)
+over the sizes where every call finished, for the slowest ``min_peak``/``solve`` call of each
+size and for each call.
+
+Targets (issue 28; 2 cores): 2,500 nodes within 10 s per ``solve`` or ``min_peak`` call,
+10,000 within 60 s, slope at most 1.3 per family, planner memory under 2 GB at 10,000 nodes.
+
+Usage::
+
+    python examples/bench_scale.py [--families transformer resnet] [--max-nodes 2500]
+        [--sizes 100 250 ...] [--time-limit 120] [--method auto] [--out results/bench_scale]
+        [--picture docs/images/bench_scale.png]
+
+writes ``<out>.json`` and ``<out>.md`` and prints the Markdown.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+import lowerset as ls  # noqa: E402
+import block_graphs  # noqa: E402
+from _machine import machine_info, machine_line  # noqa: E402
+
+SIZES = (100, 250, 500, 1000, 2500, 5000, 10000)
+CALLS = ("min_peak", "solve_0.9", "solve_half", "solve_10", "pareto")
+TIMED = ("min_peak", "solve_0.9", "solve_half", "solve_10")  # the per-call targets
+TARGETS = {"t2500": 10.0, "t10000": 60.0, "slope": 1.3, "memory10000": 2 << 30}
+
+
+def _status_kb(field):
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_hwm():
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def measured(fn):
+    """(result or exception, seconds, memory growth in bytes, the process's peak resident set in
+    bytes during the call or None)."""
+    rss = _status_kb("VmRSS")
+    exact = rss is not None and _reset_hwm()
+    before = rss if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001 - recorded: a limit, an infeasible budget, a bug
+        out = e
+    seconds = time.perf_counter() - start
+    after = _status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return out, seconds, max(0, after - before) * 1024, after * 1024 if exact else None
+
+
+def warm_up(method):
+    g = block_graphs.build("transformer", 2)
+    ls.min_peak(block_graphs.build("transformer", 2), method)
+    ls.solve(g, 0.9 * ls.schedule(g).peak, method=method)
+
+
+def bench(family, nodes, time_limit, method="auto"):
+    """One row: the graph's figures and one dict per call of :data:`CALLS`."""
+    depth, g = block_graphs.sized(family, nodes)
+    plain = ls.schedule(g).peak
+    row = {"family": family, "depth": depth, "nodes": g.n, "plain": int(plain),
+           "lower_sets": ls.count_lower_sets(g),
+           "method": ls.dp.resolve_method(g, method),
+           "load_average": [round(x, 2) for x in os.getloadavg()], "calls": {}}
+
+    def fresh():
+        return block_graphs.build(family, depth)
+
+    def run(name, fn, budget=None):
+        out, seconds, memory, rss = measured(fn)
+        call = {"seconds": round(seconds, 3), "memory": int(memory), "rss_peak": rss}
+        if budget is not None:
+            call["budget"] = int(budget)
+        if isinstance(out, ls.SearchLimitError):
+            call["error"] = "time_limit"
+        elif isinstance(out, ls.InfeasibleBudgetError):
+            call["error"] = "infeasible"
+        elif isinstance(out, Exception):
+            call["error"] = f"{type(out).__name__}: {out}"
+        else:
+            s = out[-1] if isinstance(out, list) else out
+            call.update(peak=int(s.schedule.peak), cost=int(s.schedule.recompute_cost))
+            if isinstance(out, list):
+                call["front"] = len(out)
+        row["calls"][name] = call
+        return call
+
+    least = run("min_peak", lambda: ls.min_peak(fresh(), method, time_limit=time_limit))
+    budgets = {"solve_0.9": 0.9 * plain}
+    if "peak" in least:
+        lo = least["peak"]
+        budgets.update({"solve_half": (lo + plain) / 2, "solve_10": lo + 0.1 * (plain - lo)})
+    for name, b in budgets.items():
+        run(name, lambda b=b: ls.solve(fresh(), b, method=method, time_limit=time_limit), b)
+    run("pareto", lambda: ls.pareto(fresh(), method, time_limit=time_limit))
+    row["complete"] = all(c in row["calls"] and "error" not in row["calls"][c]
+                          or row["calls"].get(c, {}).get("error") == "infeasible"
+                          for c in CALLS)
+    row["slowest"] = max((row["calls"][c]["seconds"] for c in TIMED if c in row["calls"]),
+                         default=None)
+    row["memory"] = max(c["memory"] for c in row["calls"].values())
+    peaks = [c.get("rss_peak") for c in row["calls"].values()]
+    row["rss_peak"] = None if None in peaks else max(peaks)
+    return row
+
+
+def slope(rows, key=None):
+    """Fitted log-log slope of time against nodes over complete rows (None below 2 sizes)."""
+    pts = [(r["nodes"], r["slowest"] if key is None else r["calls"][key]["seconds"])
+           for r in rows if r["complete"]]
+    pts = [(n, t) for n, t in pts if t and t > 0]
+    if len(pts) < 2:
+        return None
+    n, t = np.log(np.array(pts, dtype=float)).T
+    return float(np.polyfit(n, t, 1)[0])
+
+
+def run_all(families, sizes, time_limit, method="auto", log=print, save=None):
+    """Rows of :func:`bench`; ``save(rows)`` after each (partial results survive a stop)."""
+    rows = []
+    for family in families:
+        for nodes in sizes:
+            row = bench(family, nodes, time_limit, method)
+            rows.append(row)
+            if save:
+                save(rows)
+            log(json.dumps({k: row[k] for k in ("family", "nodes", "lower_sets", "slowest",
+                                                 "load_average")}
+                           | {c: v.get("seconds") for c, v in row["calls"].items()}))
+            if any(c.get("error") == "time_limit" for c in row["calls"].values()):
+                log(f"{family}: time limit reached at {row['nodes']} nodes, larger sizes skipped")
+                break
+    return rows
+
+
+def fits(rows):
+    """Per family: the fitted slopes (of the slowest call, and of each call), "top": the slope
+    between the two largest complete sizes, "bound": a lower bound of the slope from the largest
+    complete size to the first one that passed the time limit (its slowest call took at least
+    the limit)."""
+    out = {}
+    for family in dict.fromkeys(r["family"] for r in rows):
+        fr = [r for r in rows if r["family"] == family]
+        done = [r for r in fr if r["complete"]]
+        out[family] = {"slowest": slope(fr)} | {c: slope([r for r in fr if c in r["calls"]
+                                                          and "seconds" in r["calls"][c]], c)
+                                                 for c in CALLS}
+        out[family]["top"] = slope(done[-2:]) if len(done) >= 2 else None
+        over = [r for r in fr if not r["complete"] and r["nodes"] > (done[-1]["nodes"] if done
+                                                                    else 0)]
+        out[family]["bound"] = (float(np.log(over[0]["slowest"] / done[-1]["slowest"])
+                                      / np.log(over[0]["nodes"] / done[-1]["nodes"]))
+                                if done and over else None)
+    return out
+
+
+def targets(rows, slopes):
+    """Per target: {family: True/False/None (not measured)}."""
+    def near(family, n):
+        return [r for r in rows if r["family"] == family and abs(r["nodes"] - n) <= 0.05 * n]
+
+    out = {}
+    for family in slopes:
+        t = {}
+        for key, n in (("t2500", 2500), ("t10000", 10000)):
+            rs = near(family, n)
+            # a smaller size that passed the time limit beyond the target misses it too
+            smaller = [r for r in rows if r["family"] == family and r["nodes"] < 0.95 * n
+                       and not r["complete"] and r["slowest"] > TARGETS[key]]
+            t[key] = (all(r["complete"] and r["slowest"] <= TARGETS[key] for r in rs)
+                      if rs else (False if smaller else None))
+        s = [slopes[family][k] for k in ("slowest", "top", "bound")
+             if slopes[family].get(k) is not None]
+        t["slope"] = all(x <= TARGETS["slope"] for x in s) if s else None
+        rs = [r for r in near(family, 10000) if r["complete"]]
+        t["memory10000"] = (all((r.get("rss_peak") or r["memory"]) < TARGETS["memory10000"]
+                                for r in rs) if rs else None)
+        out[family] = t
+    return out
+
+
+def _cell(call):
+    if call is None:
+        return "-"
+    if call.get("error") == "infeasible":
+        return f"infeasible ({call['seconds']:.2f} s)"
+    if "error" in call:
+        return f"**{call['error']}** after {call['seconds']:.1f} s"
+    return f"{call['seconds']:.2f} s, {call['peak'] / 2**20:,.0f} MB / {call['cost']}"
+
+
+def markdown(rows, slopes, met, machine, time_limit):
+    lines = [f"Machine: {machine}; time limit {time_limit:g} s per call.", "",
+             "Per call: wall time, the result's peak (MB) / recompute cost (cost units); "
+             "memory: the largest resident-set growth of the five calls (freed memory that "
+             "the process reuses does not count again); peak RSS: the process's resident set "
+             "at its highest during the calls (an upper bound, with Python and Numba's code).",
+             "",
+             "| family | nodes | lower sets | method | plain (MB) | `min_peak` "
+             "| `solve` 0.9 x plain | `solve` halfway | `solve` least + 10% | `pareto` "
+             "| memory (MB) | peak RSS (MB) | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["calls"]
+        lines.append(
+            f"| {r['family']} | {r['nodes']:,} | {r['lower_sets']:,} | {r['method']} | "
+            f"{r['plain'] / 2**20:,.0f} | " + " | ".join(_cell(c.get(k)) for k in CALLS)
+            + f" | {r['memory'] / 2**20:,.0f} | "
+            + ("-" if r.get("rss_peak") is None else f"{r['rss_peak'] / 2**20:,.0f}")
+            + f" | {' '.join(f'{x:.1f}' for x in r['load_average'])} |")
+    lines += ["", "Slopes of log(time) against log(nodes): fitted over the complete sizes (the "
+              "slowest `min_peak`/`solve` call; each call), between the two largest complete "
+              "sizes, and a lower bound from the largest complete size to the first that passed "
+              "the time limit. The slope target counts all three.", "",
+              "| family | fitted (slowest call) | `min_peak` | `solve` halfway | `pareto` | "
+              "two largest | bound from the limit | 2,500 nodes <= 10 s | 10,000 nodes <= 60 s "
+              "| slope <= 1.3 | memory < 2 GB at 10,000 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def f(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    def yes(x):
+        return "not measured" if x is None else ("met" if x else "**missed**")
+
+    for family, s in slopes.items():
+        t = met[family]
+        lines.append(f"| {family} | {f(s['slowest'])} | {f(s['min_peak'])} | "
+                     f"{f(s['solve_half'])} | {f(s['pareto'])} | {f(s.get('top'))} | "
+                     f">= {f(s.get('bound'))} | {yes(t['t2500'])} | "
+                     f"{yes(t['t10000'])} | {yes(t['slope'])} | {yes(t['memory10000'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def picture(rows, slopes, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for family, s in slopes.items():
+        fr = [r for r in rows if r["family"] == family and r["slowest"] is not None]
+        if not fr:
+            continue
+        label = family + ("" if s["slowest"] is None else f" (slope {s['slowest']:.2f}"
+                          + ("" if s.get("top") is None else f"; {s['top']:.2f} at the top")
+                          + ("" if s.get("bound") is None
+                             else f"; >= {s['bound']:.2f} to the limit")
+                          + ")")
+        ax.loglog([r["nodes"] for r in fr], [r["slowest"] for r in fr], "o-", label=label)
+        for r in fr:
+            if not r["complete"]:
+                ax.plot(r["nodes"], r["slowest"], "kx", ms=9)
+    for t, n in ((TARGETS["t2500"], 2500), (TARGETS["t10000"], 10000)):
+        ax.plot(n, t, "r*", ms=10)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("slowest min_peak / solve call (s)")
+    ax.set_title("lowerset planner: time per call (red stars: targets; x: limit hit)",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+#: Phases of a planner call: (label, module, function); cumulative times, so they nest
+#: (the pool and the search call the DP and the schedule).
+#: A third item keeps only the time of calls made from that module.
+PHASES = (("candidate pool (`planner._pool`)", (("planner.py", "_pool"),)),
+          ("solve's search (`planner._bisect`)", (("planner.py", "_bisect"),)),
+          ("  its time-centric DP calls (`planner._paper_time`)",
+           (("planner.py", "_paper_time"),)),
+          ("DP passes, all callers (`dp._drive`)", (("dp.py", "_drive"),)),
+          ("lower sets and their family (`dp._get_family`)", (("dp.py", "_get_family"),)),
+          ("local search (`refine.refine`)", (("refine.py", "refine"),)),
+          ("  its schedules (`scheduling._hooked_arrays`, `_fold` called from refine.py)",
+           (("scheduling.py", "_hooked_arrays"), ("scheduling.py", "_fold")), "refine.py"),
+          ("schedule evaluation, all callers (`scheduling._hooked_arrays`, `_fold`)",
+           (("scheduling.py", "_hooked_arrays"), ("scheduling.py", "_fold"))))
+#: Own time by module.
+MODULES = (("_kernels.py", "DP kernels (_kernels.py)"), ("dp.py", "dp.py"),
+           ("lowersets.py", "lowersets.py"), ("planner.py", "planner.py"),
+           ("refine.py", "refine.py"), ("_schedule_kernels.py", "schedule kernels "
+                                                               "(_schedule_kernels.py)"),
+           ("scheduling.py", "scheduling.py"), ("strategy.py", "strategy.py (eq. 1, 2)"))
+
+
+def profile(family, nodes, method="auto"):
+    """cProfile of ``min_peak`` and ``solve`` halfway on a fresh graph: a Markdown table of the
+    phases' cumulative seconds and the modules' own seconds."""
+    import cProfile
+    import pstats
+
+    depth, g = block_graphs.sized(family, nodes)
+    plain = ls.schedule(g).peak
+    least = ls.min_peak(block_graphs.build(family, depth), method).schedule.peak
+    budget = (least + plain) / 2
+    calls = (("`min_peak`", lambda: ls.min_peak(block_graphs.build(family, depth), method)),
+             ("`solve` halfway", lambda: ls.solve(block_graphs.build(family, depth), budget,
+                                                  method=method)))
+    cols, totals = [], []
+    for name, fn in calls:
+        prof = cProfile.Profile()
+        start = time.perf_counter()
+        prof.runcall(fn)
+        totals.append(time.perf_counter() - start)
+        stats = pstats.Stats(prof).stats
+        cum, own = {}, {}
+        for (file, _, func), (_, _, tt, ct, callers) in stats.items():
+            for label, funcs, *via in PHASES:
+                if any(file.endswith("lowerset/" + m) and func == f for m, f in funcs):
+                    if via:
+                        ct = sum(c[3] for k, c in callers.items()
+                                 if k[0].endswith("lowerset/" + via[0]))
+                    cum[label] = cum.get(label, 0.0) + ct
+            for mod, _ in MODULES:
+                if file.endswith("lowerset/" + mod):
+                    own[mod] = own.get(mod, 0.0) + tt
+        own["other"] = sum(v[2] for v in stats.values()) - sum(own.values())
+        cols.append((cum, own))
+    head = [f"{family}, {g.n:,} nodes, {ls.count_lower_sets(g):,} lower sets, method "
+            f"{ls.dp.resolve_method(g, method)}, under cProfile (load average "
+            f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", "",
+            "| phase (cumulative s; indented ones inside the one above) | "
+            + " | ".join(n for n, _ in calls) + " |", "|---|" + "---|" * len(calls),
+            "| whole call | " + " | ".join(f"{t:.2f}" for t in totals) + " |"]
+    for label, *_ in PHASES:
+        head.append(f"| {label} | " + " | ".join(f"{c[0].get(label, 0.0):.2f}"
+                                                  for c in cols) + " |")
+    head += ["", "| module (own s) | " + " | ".join(n for n, _ in calls) + " |",
+             "|---|" + "---|" * len(calls)]
+    for mod, label in MODULES + (("other", "other"),):
+        head.append(f"| {label} | " + " | ".join(f"{c[1].get(mod, 0.0):.2f}" for c in cols)
+                    + " |")
+    return "\n".join(head) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", nargs="*", default=list(block_graphs.FAMILIES),
+                    choices=block_graphs.FAMILIES)
+    ap.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
+    ap.add_argument("--max-nodes", type=int, default=None, help="leave out larger sizes")
+    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per call")
+    ap.add_argument("--method", default="auto", choices=ls.METHODS)
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "bench_scale",
+                    help="writes <out>.json and <out>.md")
+    ap.add_argument("--picture", type=Path,
+                    default=HERE.parent / "docs" / "images" / "bench_scale.png")
+    ap.add_argument("--no-picture", action="store_true")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="write the report and picture from this JSON of an earlier run")
+    ap.add_argument("--profile", type=int, default=None, metavar="NODES",
+                    help="only profile min_peak and solve on the first family at about NODES "
+                    "nodes; writes <out>_profile.md")
+    args = ap.parse_args(argv)
+    if args.profile:
+        warm_up(args.method)
+        text = profile(args.families[0], args.profile, args.method)
+        print(text)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        Path(str(args.out) + "_profile.md").write_text(text)
+        return 0
+    sizes = [n for n in args.sizes if args.max_nodes is None or n <= args.max_nodes]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(rows, **more):
+        args.out.with_suffix(".json").write_text(json.dumps(
+            {"machine": info, "time_limit": args.time_limit, "method": args.method,
+             "rows": rows} | more, indent=1) + "\n")
+
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        info, rows, args.time_limit = data["machine"], data["rows"], data["time_limit"]
+    else:
+        info = machine_info()
+        print(machine_line(info), flush=True)
+        warm_up(args.method)
+        rows = run_all(args.families, sizes, args.time_limit, args.method,
+                       log=lambda s: print(s, file=sys.stderr, flush=True), save=save)
+    slopes = fits(rows)
+    met = targets(rows, slopes)
+    text = markdown(rows, slopes, met, machine_line(info), args.time_limit)
+    print(text)
+    args.out.with_suffix(".md").write_text(text)
+    save(rows, slopes=slopes, targets=met)
+    if not args.no_picture:
+        picture(rows, slopes, args.picture)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

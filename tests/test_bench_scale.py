@@ -1,0 +1,46 @@
+"""examples/bench_scale.py at tiny sizes: its rows, slopes, targets, report and picture."""
+
+import json
+
+import pytest
+
+from examples import bench_scale as bs
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return bs.run_all(["transformer", "unet"], [30, 60], None, "approx", log=lambda s: None)
+
+
+def test_rows(rows):
+    assert [(r["family"], r["nodes"]) for r in rows] == [
+        ("transformer", 34), ("transformer", 66), ("unet", 36), ("unet", 58)]
+    for r in rows:
+        assert r["complete"] and set(r["calls"]) == set(bs.CALLS)
+        c = r["calls"]
+        assert c["min_peak"]["peak"] <= c["solve_10"]["peak"] <= c["solve_10"]["budget"]
+        assert c["solve_half"]["peak"] <= c["solve_half"]["budget"] < r["plain"]
+        assert c["pareto"]["peak"] == c["min_peak"]["peak"] or c["pareto"]["front"] >= 1
+        assert r["slowest"] == max(c[k]["seconds"] for k in bs.TIMED)
+    json.dumps(rows)
+
+
+def test_time_limit_is_recorded_and_stops_the_family():
+    out = bs.run_all(["resnet"], [30, 60], 1e-9, "approx", log=lambda s: None)
+    assert len(out) == 1 and not out[0]["complete"]
+    assert out[0]["calls"]["min_peak"]["error"] == "time_limit"
+
+
+def test_slopes_targets_report(rows, tmp_path):
+    fake = [{"family": "f", "nodes": n, "complete": True, "slowest": 1e-3 * n, "memory": 1,
+             "calls": {c: {"seconds": 1e-3 * n} for c in bs.CALLS}} for n in (100, 2500, 10000)]
+    s = bs.fits(fake)
+    assert s["f"]["slowest"] == pytest.approx(1.0)
+    assert bs.targets(fake, s)["f"] == {"t2500": True, "t10000": True, "slope": True,
+                                        "memory10000": True}
+    slopes = bs.fits(rows)
+    text = bs.markdown(rows, slopes, bs.targets(rows, slopes), "test machine", 120)
+    assert "| transformer | 34 |" in text and "not measured" in text
+    pytest.importorskip("matplotlib")
+    bs.picture(rows, slopes, tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
