@@ -19,7 +19,7 @@ Budgets follow :func:`lowerset.solve`: ``--model executor`` (default) reads ``--
 device memory of the whole training step as the schedule predicts it (parameters, inputs,
 gradients and workspace included); ``--model paper`` reads it as the eq. (2) budget of the paper's
 DP. On a terminal, searches longer than half a second show a tqdm progress bar on stderr (elapsed
-time; the planner does not report steps); in a pipe nothing is shown and tqdm is not imported.
+time and the planner's search step); in a pipe nothing is shown and tqdm is not imported.
 
 Errors print one line, ``lowerset <command>: error: ...``, on stderr and exit with status 1
 (an infeasible budget names the least feasible one); usage errors exit with status 2.
@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 
 __all__ = ["main", "build_parser", "read_graph"]
 
@@ -198,7 +197,8 @@ def _read_plan(path):
 def progress(desc, enabled=True, stream=None):
     """Show an elapsed-time tqdm bar on `stream` (stderr) while the block runs, only on a
     terminal and only after half a second, where tqdm is installed (the ``cli`` extra);
-    elsewhere do nothing (tqdm is not imported).
+    elsewhere do nothing (tqdm is not imported). The planner's calls inside the block name
+    their search step on it (:mod:`lowerset._progress`).
 
     Parameters
     ----------
@@ -207,32 +207,10 @@ def progress(desc, enabled=True, stream=None):
     stream : file, optional
         Default ``sys.stderr``.
     """
-    stream = sys.stderr if stream is None else stream
-    if not (enabled and hasattr(stream, "isatty") and stream.isatty()):
-        yield None
-        return
-    try:
-        from tqdm import tqdm
-    except ModuleNotFoundError:  # the cli extra is not installed: no bar
-        yield None
-        return
+    from ._progress import progress as bar
 
-    bar = tqdm(total=None, desc=desc, file=stream, delay=0.5, leave=False, unit="s",
-               bar_format="{desc}: {elapsed}")
-    stop = threading.Event()
-
-    def tick():
-        while not stop.wait(0.2):
-            bar.refresh()
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield bar
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
+    with bar(desc, enabled, stream, delay=0.5) as b:
+        yield b
 
 
 # -- commands ------------------------------------------------------------------------------------

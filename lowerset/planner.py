@@ -34,9 +34,7 @@ workspace), and returns the plan on `G`.
 import math
 import time
 
-import numpy as np
-
-from . import dp
+from . import _progress, dp
 from .baselines import chen_sqrtn, selective_family
 from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
@@ -105,6 +103,7 @@ class _Deadline:
 
 def _pool(G, method, max_lower_sets, deadline):
     """Candidate strategies (see the module docstring), each once."""
+    _progress.phase("pool")
     seen, out = set(), []
 
     def add(s):
@@ -165,7 +164,8 @@ def _paper(G, method, mode, budget, max_lower_sets, deadline):
     return cache[key]
 
 
-def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None,
+           progress=True):
     """Return the overhead/peak trade-off of the planner's pool of canonical strategies.
 
     Parameters
@@ -182,6 +182,9 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
         For "exact": raise instead of enumerating more lower sets than this.
     time_limit : float, optional
         Seconds; raise :class:`SearchLimitError` past it.
+    progress : bool
+        On a terminal, a call running over 2 s shows a tqdm bar on stderr with the elapsed
+        time and the search step (the ``cli`` extra; :mod:`lowerset._progress`). False: none.
 
     Returns
     -------
@@ -217,9 +220,11 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     key = (method, max_lower_sets)
     if key not in cache:
         deadline = _Deadline(time_limit)
-        front = _front(_pool(G, method, max_lower_sets, deadline))
-        if method == "exact":
-            front = _front(front + [refine(G, front[-1], deadline=deadline.left)])
+        with _progress.progress("pareto", progress):
+            front = _front(_pool(G, method, max_lower_sets, deadline))
+            if method == "exact":
+                _progress.phase("local search")
+                front = _front(front + [refine(G, front[-1], deadline=deadline.left)])
         elapsed = time.perf_counter() - deadline.start
         for s in front:
             s.planner_seconds = elapsed
@@ -245,7 +250,7 @@ def _merge(G, method, max_lower_sets, strategies):
 
 
 def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-             time_limit=None):
+             time_limit=None, progress=True):
     """Return the planner's strategy with the least schedule peak, with the least overhead
     :func:`solve` finds at that peak.
 
@@ -258,7 +263,7 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
         (the schedule over :func:`lowerset.activation_facts`); the plan is planned on
         ``G.with_facts(activation_facts(G.facts))`` and returned on `G`, so its ``schedule``
         is still the whole step's.
-    G, method, max_lower_sets, time_limit
+    G, method, max_lower_sets, time_limit, progress
         As :func:`pareto`.
 
     Returns
@@ -281,6 +286,11 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
     if measure not in MEASURES:
         raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
     method = dp.resolve_method(G, method, max_lower_sets, time_limit)
+    with _progress.progress("min_peak", progress):
+        return _min_peak(G, method, measure, max_lower_sets, time_limit)
+
+
+def _min_peak(G, method, measure, max_lower_sets, time_limit):
     if measure == "activations":
         check_graph(G)
         s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
@@ -302,7 +312,7 @@ def _activation_view(G):
 
 
 def solve(G, budget=None, mode="time", method="auto", *, model="executor",
-          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None, progress=True):
     """Plan a canonical strategy within a memory budget.
 
     Parameters
@@ -329,6 +339,8 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         For "exact": raise instead of enumerating more lower sets than this.
     time_limit : float, optional
         Seconds for the whole call; raise :class:`SearchLimitError` past it.
+    progress : bool
+        As :func:`pareto` (the executor model).
 
     Returns
     -------
@@ -375,6 +387,12 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
     if budget is not None:
         budget = check_budget(budget)
+    with _progress.progress("solve", progress):
+        return _solve(G, budget, method, max_lower_sets, time_limit)
+
+
+def _solve(G, budget, method, max_lower_sets, time_limit):
+    """:func:`solve` under the executor model, `budget` checked (bytes or None)."""
     deadline = _Deadline(time_limit)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:
@@ -387,6 +405,7 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
     found = _bisect(G, budget, method, max_lower_sets, deadline)
     best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
     if method == "exact":
+        _progress.phase("local search")
         found.append(refine(G, best, budget, deadline=deadline.left))
         best = min([best, found[-1]], key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
     _merge(G, method, max_lower_sets, found)
@@ -409,12 +428,15 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     (:func:`_paper_time`)."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    _progress.phase("ladder")
     found, ok, bad = _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline)
     if ok is not None:
+        _progress.phase("bisection")
         more, ok, bad = _bisect_family(G, budget, "approx", ok, bad, BISECTION_STEPS,
                                        max_lower_sets, deadline)
         found += more
     if method == "exact":
+        _progress.phase("exact DP")
         lo_e = lo if _large(G, max_lower_sets) else dp.min_budget(
             G, "exact", max_lower_sets=max_lower_sets, time_limit=deadline.left())
         more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad),

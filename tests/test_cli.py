@@ -218,6 +218,25 @@ class TestProgress:
             time.sleep(0.9)
         assert "planning x" in stream.getvalue()
 
+    def test_planner_calls_name_their_search_steps(self, monkeypatch):
+        """solve, min_peak and pareto show one bar (the outermost call's) naming each step,
+        and none with progress=False."""
+        pytest.importorskip("tqdm", reason="the cli extra (tqdm) is not installed")
+        from lowerset import _progress
+
+        monkeypatch.setattr(_progress, "DELAY", 0.0)
+        g = ls.Graph.chain(30, memory=10)
+        stream = self.Tty()
+        monkeypatch.setattr(sys, "stderr", stream)
+        ls.solve(g, budget=int(0.7 * ls.schedule(g).peak), method="exact")
+        out = stream.getvalue()
+        assert "solve (pool)" in out and "solve (ladder)" in out and "solve (local search)" in out
+        assert "pareto" not in out                     # the inner pareto call reuses solve's bar
+        stream.seek(0)
+        stream.truncate()
+        ls.min_peak(ls.Graph.chain(31, memory=10), progress=False)
+        assert stream.getvalue() == ""
+
     def test_quiet_elsewhere(self):
         stream = io.StringIO()
         with cli.progress("planning x", stream=stream) as bar:
