@@ -234,7 +234,7 @@ def markdown(rows, slopes, met, machine, time_limit):
              "",
              "| family | nodes | lower sets | method | plain (MB) | `min_peak` "
              "| `solve` 0.9 x plain | `solve` halfway | `solve` least + 10% | `pareto` "
-             "| memory (MB) | peak RSS (MB) | load avg |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| memory (MB) | peak RSS (MB) | load avg |", "|---" * 13 + "|"]
     for r in rows:
         c = r["calls"]
         lines.append(
