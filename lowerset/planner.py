@@ -31,6 +31,7 @@ sequences. ``min_peak(G, measure="activations")`` runs the same search on the gr
 workspace), and returns the plan on `G`.
 """
 
+import contextlib
 import math
 import time
 
@@ -99,6 +100,22 @@ class _Deadline:
             raise SearchLimitError(f"time limit of {self.limit:.3g} s exceeded",
                                    limit="time_limit")
         return left
+
+
+@contextlib.contextmanager
+def _searching(desc, progress, time_limit):
+    """Run a public planner call: its progress bar, and a time limit passed inside a DP pass
+    named as the caller's `time_limit` (the pass itself only had the seconds left)."""
+    start = time.perf_counter()
+    try:
+        with _progress.progress(desc, progress):
+            yield
+    except SearchLimitError as e:
+        head = f"time limit of {time_limit:.3g} s" if time_limit is not None else None
+        if e.limit != "time_limit" or head is None or str(e).startswith(head):
+            raise
+        raise SearchLimitError(f"{head} exceeded after {time.perf_counter() - start:.3g} s in "
+                               f"{desc} (its last step: {e})", limit="time_limit") from e
 
 
 def _pool(G, method, max_lower_sets, deadline):
@@ -220,7 +237,7 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     key = (method, max_lower_sets)
     if key not in cache:
         deadline = _Deadline(time_limit)
-        with _progress.progress("pareto", progress):
+        with _searching("pareto", progress, time_limit):
             front = _front(_pool(G, method, max_lower_sets, deadline))
             if method == "exact":
                 _progress.phase("local search")
@@ -286,7 +303,7 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
     if measure not in MEASURES:
         raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
     method = dp.resolve_method(G, method, max_lower_sets, time_limit)
-    with _progress.progress("min_peak", progress):
+    with _searching("min_peak", progress, time_limit):
         return _min_peak(G, method, measure, max_lower_sets, time_limit)
 
 
@@ -387,7 +404,7 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
     if budget is not None:
         budget = check_budget(budget)
-    with _progress.progress("solve", progress):
+    with _searching("solve", progress, time_limit):
         return _solve(G, budget, method, max_lower_sets, time_limit)
 
 
