@@ -180,40 +180,6 @@ def ancestor_sets(n, n_words, pred_ptr, pred_idx):
 
 
 @njit(cache=True)
-def segments_of_chain(sets, path, n):
-    """The 0-based segment of each node of the lower-set sequence ``sets[path[0]] ⊊ ... ⊊
-    sets[path[-1]] = V``: ``i`` for the nodes of ``sets[path[i]]`` not in ``sets[path[i - 1]]``.
-
-    Parameters
-    ----------
-    sets : ndarray of uint64, shape (s, W)
-    path : ndarray of int64, shape (k,)
-        Row indices, strictly increasing sets.
-    n : int
-
-    Returns
-    -------
-    ndarray of int64, shape (n,)
-    """
-    seg = np.zeros(n, dtype=np.int64)
-    n_words = sets.shape[1]
-    for i in range(path.shape[0]):
-        a = path[i]
-        for w in range(n_words):
-            new = sets[a, w]
-            if i > 0:
-                new &= ~sets[path[i - 1], w]
-            while new != 0:
-                low = new & (~new + np.uint64(1))
-                bit = 0
-                while (low >> np.uint64(bit)) != np.uint64(1):
-                    bit += 1
-                seg[64 * w + bit] = i
-                new ^= low
-    return seg
-
-
-@njit(cache=True)
 def is_lower_set_bits(bits, n, pred_ptr, pred_idx):
     """Return -1 if `bits` is a lower set, else the id of a member with a predecessor outside."""
     for v in range(n):
@@ -371,67 +337,11 @@ def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
 
 
 @njit(cache=True, inline="always")
-def _is_subset(sets, a, b, word_lo, word_hi):
-    """Whether set ``a`` is a subset of set ``b``, reading only the words where ``a`` is neither
-    full nor empty (see :func:`word_ranges`)."""
-    if word_lo[b] < word_lo[a]:  # a's word word_lo[b] is full, b's is not
-        return False
-    for w in range(word_lo[a], word_hi[a]):
+def _is_strict_subset(sets, a, b, n_words):
+    for w in range(n_words):
         if (sets[a, w] & ~sets[b, w]) != 0:
             return False
     return True
-
-
-@njit(cache=True)
-def word_ranges(sets, n):
-    """Per set, the first word that is not full and one past the last word that is not empty.
-
-    Parameters
-    ----------
-    sets : ndarray of uint64, shape (s, W)
-    n : int
-        Number of nodes; bits ``n`` and above are never set.
-
-    Returns
-    -------
-    word_lo, word_hi : ndarray of int64, shape (s,)
-        Words ``< word_lo[i]`` of set ``i`` hold every node they can; words ``>= word_hi[i]``
-        are zero. A subset test of ``a`` in ``b`` reads words ``word_lo[a]:word_hi[a]`` only.
-    """
-    s = sets.shape[0]
-    n_words = sets.shape[1]
-    word_lo = np.zeros(s, dtype=np.int64)
-    word_hi = np.zeros(s, dtype=np.int64)
-    full = np.uint64(0xFFFFFFFFFFFFFFFF)
-    rem = n - 64 * (n_words - 1)  # valid bits in the last word, 1..64
-    last_full = full if rem == 64 else (np.uint64(1) << np.uint64(rem)) - np.uint64(1)
-    for i in range(s):
-        lo = 0
-        while lo < n_words:
-            want = last_full if lo == n_words - 1 else full
-            if sets[i, lo] != want:
-                break
-            lo += 1
-        hi = n_words
-        while hi > lo and sets[i, hi - 1] == 0:
-            hi -= 1
-        word_lo[i] = lo
-        word_hi[i] = hi
-    return word_lo, word_hi
-
-
-@njit(cache=True, inline="always")
-def _first_at_most_key(pm, hi, room):
-    """First index i in [0, hi) with pm[i] <= room, for pm non-increasing (a prefix minimum);
-    `hi` when there is none."""
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if pm[mid] <= room:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 @njit(cache=True)
@@ -465,9 +375,8 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 @njit(cache=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
-              tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, word_lo,
-              word_hi, fstart, fend, key_m, key_t, pm_m, pm_t, ft, fm, fpa, fpe, used,
-              scratch_m, scratch_a, scratch_e):
+              tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend,
+              key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -501,8 +410,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         Index of the first set of the same size as set ``b``; only sets before it are tested.
     tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra : see :func:`set_stats`.
     cost, memory : ndarray of int64, shape (n,)
-    word_lo, word_hi : ndarray of int64, shape (s,)
-        The words of each set that the subset test reads (:func:`word_ranges`).
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
     key_m, key_t : ndarray of int64, shape (s,)
@@ -510,10 +417,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         least cached bytes minus ``2 tot_m[b]``, and its least overhead minus ``tot_t[b]``
         (INF for an empty front). The scan over candidate subsets reads only these two
         contiguous arrays before the subset test.
-    pm_m, pm_t : ndarray of int64, shape (s,)
-        Written with the keys: their prefix minima (``pm_m[b] = min(key_m[:b + 1])``). Every
-        candidate before the first index whose prefix minimum is within the target's room
-        fails its key test, so the scan starts there (found by binary search).
     ft, fm : ndarray of int64, shape (capacity,)
         Overhead (cost units) and cached bytes of each entry.
     fpa, fpe : ndarray of int64, shape (capacity,)
@@ -541,6 +444,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         ``STATUS_OK``, or ``STATUS_MEMORY`` when the entry arrays would outgrow `max_entries`
         (set ``b_next`` is then unfinished and the fronts must be discarded).
     """
+    n_words = sets.shape[1]
     pairs = 0
     capped = 0
     work = 0
@@ -548,6 +452,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
     while b < hi and work < work_budget:
         tmin = INF
         tmax = -1
+        work += class_start[b]
         # eq. (2) needs 2 M(L_b ∖ L_a) + extra[b] on top of the cached bytes, whose least value
         # in a front is its last entry: a set a that fails this bound is skipped before the
         # subset test
@@ -555,20 +460,13 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
         # entry (a set skipped this way counts as capped: the deepening goes on)
         room_t = INF if maximize else tcap - tot_t[b] + bnd_t[b]
-        a_end = class_start[b]
-        a_lo = _first_at_most_key(pm_m, a_end, room)
-        a_t = a_lo if maximize else _first_at_most_key(pm_t, a_end, room_t)
-        if a_t > a_lo:  # candidates left out by the overhead cap: the deepening goes on
-            capped += 1
-            a_lo = a_t
-        work += a_end - a_lo + 1
-        for a in range(a_lo, a_end):
+        for a in range(class_start[b]):
             if key_m[a] > room:
                 continue
             if key_t[a] > room_t:
                 capped += 1
                 continue
-            if not _is_subset(sets, a, b, word_lo, word_hi):
+            if not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
@@ -599,8 +497,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
             fend[b] = used
             key_m[b] = INF
             key_t[b] = INF
-            pm_m[b] = pm_m[b - 1]
-            pm_t[b] = pm_t[b - 1]
             b += 1
             continue
         work += tmax - tmin + 1
@@ -636,8 +532,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         fend[b] = used
         key_m[b] = fm[used - 1] - 2 * tot_m[b]
         key_t[b] = tmin - tot_t[b]
-        pm_m[b] = min(pm_m[b - 1], key_m[b])
-        pm_t[b] = min(pm_t[b - 1], key_t[b])
         b += 1
     return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
 
@@ -663,8 +557,8 @@ def _grow(arr, new_cap):
 
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, word_lo, word_hi, fstart,
-                fend, key_m, pm_m, fm, fp, fpa, fpe, used):
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, key_m, fm, fp, fpa,
+                fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -681,10 +575,9 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
-    word_lo, word_hi : as in :func:`dp_fronts`.
-    key_m, pm_m : ndarray of int64, shape (s,)
+    key_m : ndarray of int64, shape (s,)
         As in :func:`dp_fronts`: per finished set, its front's least cached bytes minus
-        ``2 tot_m[b]`` (INF for an empty front), and the prefix minimum of those.
+        ``2 tot_m[b]`` (INF for an empty front).
     fm, fp, fpa, fpe : ndarray of int64, shape (capacity,)
         Cached bytes, peak bytes, and back-pointers of each entry.
     used : int
@@ -693,6 +586,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     -------
     fm, fp, fpa, fpe, used, pairs, b_next, work, status : as in :func:`dp_fronts`.
     """
+    n_words = sets.shape[1]
     pairs = 0
     work = 0
     cap = 64
@@ -704,16 +598,14 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     b = lo
     while b < hi and work < work_budget:
         c = 0
+        work += class_start[b]
         # a transition reaches at least m + need, whose least value in a front is at its first
         # entry (cached bytes increase along it): a set a above `upper` that way is skipped
         room = upper - 2 * tot_m[b] - extra[b]
-        a_end = class_start[b]
-        a_lo = _first_at_most_key(pm_m, a_end, room)
-        work += a_end - a_lo + 1
-        for a in range(a_lo, a_end):
+        for a in range(class_start[b]):
             if key_m[a] > room:
                 continue
-            if not _is_subset(sets, a, b, word_lo, word_hi):
+            if not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
@@ -786,7 +678,6 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
             fpe[used] = ce[j]
             used += 1
         fend[b] = used
-        key_m[b] = (cm[0] - 2 * tot_m[b]) if c > 0 else INF
-        pm_m[b] = min(pm_m[b - 1], key_m[b])
+        key_m[b] = (cm[0] if c > 0 else INF) - 2 * tot_m[b]
         b += 1
     return fm, fp, fpa, fpe, used, pairs, b, work, STATUS_OK

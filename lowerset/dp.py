@@ -12,7 +12,7 @@ import numpy as np
 from . import _kernels, _limits
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import InfeasibleBudgetError, LowersetError, SearchLimitError
-from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family
+from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family, mask_of_bits
 from .strategy import CanonicalStrategy
 
 __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
@@ -155,14 +155,13 @@ def _drive(fam, deadline, step, what, entry_cap):
 
 
 def _trace_back(G, fam, fpa, fpe, entry):
-    """The segment of each node (int64, shape (n,), :meth:`CanonicalStrategy.from_segments`) of
-    the sequence ending at front `entry` of V."""
+    """The lower sets (bool masks, shape (n,)) of the sequence ending at front `entry` of V."""
     path = []
     a, e = fam.sets.shape[0] - 1, entry
     while a > 0:
         path.append(a)
         a, e = fpa[e], fpe[e]
-    return _kernels.segments_of_chain(fam.sets, np.array(path[::-1], dtype=np.int64), G.n)
+    return list(mask_of_bits(fam.sets[path[::-1]], G.n))
 
 
 def _new_fronts(fam):
@@ -176,8 +175,7 @@ def _new_fronts(fam):
     fstart = np.zeros(s, dtype=np.int64)
     fend = np.zeros(s, dtype=np.int64)
     fend[0] = 1
-    # two keys and their prefix minima
-    keys = np.full((4, s), _kernels.INF, dtype=np.int64)
+    keys = np.full((2, s), _kernels.INF, dtype=np.int64)
     keys[:, 0] = 0
     cap = max(1024, 4 * s)
     return (fstart, fend, keys, np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
@@ -200,9 +198,8 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), fam.sets,
             fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
-            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi,
-            fstart, fend, keys[0], keys[1], keys[2], keys[3], st["ft"], st["fm"], st["fpa"],
-            st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
+            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], keys[1],
+            st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
         st["capped"] += capped
         return b, work, status, st["used"]
 
@@ -221,8 +218,8 @@ def _min_budget_search(G, fam, upper, deadline):
             _kernels.peak_fronts(
                 lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
                 fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.extra, G.cost, G.memory, fam.word_lo, fam.word_hi, fstart, fend,
-                keys[0], keys[2], st["fm"], st["fp"], st["fpa"], st["fpe"], st["used"])
+                fam.extra, G.cost, G.memory, fstart, fend, keys[0], st["fm"], st["fp"],
+                st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 
     _drive(fam, deadline, step, "in the minimal-budget DP", _EntryCap(fm.shape[0]))
@@ -328,8 +325,8 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     best, chain = _min_budget(G, method, max_lower_sets, deadline)
     if not return_strategy:
         return best
-    strat = CanonicalStrategy.from_segments(G, chain, method=method, mode="min_budget",
-                                            budget=best, planner_seconds=deadline.elapsed())
+    strat = CanonicalStrategy.from_family(G, chain, method=method, mode="min_budget",
+                                          budget=best, planner_seconds=deadline.elapsed())
     if strat.peak_memory != best:  # pragma: no cover - kernel and eq. (2) disagree
         raise LowersetError(f"internal error: DP peak {best} != eq. (2) peak {strat.peak_memory}")
     return best, strat
@@ -461,7 +458,7 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhe
 
 def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
     """The strategy of front entry `e` of V, checked against eq. (1) and eq. (2)."""
-    strat = CanonicalStrategy.from_segments(G, _trace_back(G, fam, fpa, fpe, e), **meta)
+    strat = CanonicalStrategy.from_family(G, _trace_back(G, fam, fpa, fpe, e), **meta)
     if strat.overhead != overhead or strat.peak_memory > meta["budget"]:  # pragma: no cover
         raise LowersetError(
             f"internal error: DP overhead {overhead} vs eq. (1) {strat.overhead}, "

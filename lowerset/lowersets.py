@@ -34,11 +34,10 @@ DEFAULT_MAX_LOWER_SETS = 50_000
 
 #: A family of lower sets prepared for the DP kernels, sorted by size (so by inclusion), with the
 #: empty set first and V last. Arrays as returned by :func:`lowerset._kernels.set_stats`;
-#: ``class_start[i]`` is the index of the first set of the same size as set ``i``; ``word_lo``
-#: and ``word_hi`` as :func:`lowerset._kernels.word_ranges` returns them.
+#: ``class_start[i]`` is the index of the first set of the same size as set ``i``.
 Family = namedtuple(
     "Family",
-    "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra word_lo word_hi",
+    "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra",
 )
 
 
@@ -391,7 +390,7 @@ def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO
     size = stats[0]
     # first index of each size class (sizes are sorted)
     first = np.searchsorted(size, size, side="left").astype(np.int64)
-    return Family(sets, size, first, *stats[1:], *_kernels.word_ranges(sets, G.n))
+    return Family(sets, size, first, *stats[1:])
 
 
 def _set_stats(G, sets, deadline):
