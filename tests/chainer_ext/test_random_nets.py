@@ -26,9 +26,11 @@ TOLERANCE, SLACK = 0.01, 256 << 10
 
 def plans(g):
     """The plain step (the graph), ``min_peak`` and ``solve`` at a quarter, half and three
-    quarters of the way from the least peak to the plain step's."""
+    quarters of the way from the least peak to the plain step's (all at the least peak where
+    the plain step, run without the hook, peaks below every plan)."""
     least = lowerset.min_peak(g)
-    plain, low = lowerset.schedule(g).peak, least.schedule.peak
+    low = least.schedule.peak
+    plain = max(lowerset.schedule(g).peak, low)
     out = {"plain": g, "min_peak": least}
     for frac in (0.25, 0.5, 0.75):
         out[f"budget {frac}"] = lowerset.solve(g, budget=int(low + frac * (plain - low)))
@@ -63,7 +65,12 @@ def test_whole_step_prediction_on_random_networks(program):
     batch, size, ops = program
     x, t = batch_of(batch, size)
     np.random.seed(0)
-    fresh = ProgramNet(ops)                  # lazily sized links not made yet
+    assert_predicted(ProgramNet(ops), x, t)  # lazily sized links not made yet
+
+
+def assert_predicted(fresh, x, t):
+    """Trace a copy of `fresh`, then check each plan's whole-step peak against two measured
+    steps of another copy (the first one sizes lazily sized links)."""
     traced = copy.deepcopy(fresh)
     with chainer.using_config("train", True):
         g = trace(lambda: traced(x, t))
@@ -105,16 +112,8 @@ class DenseBlocks(chainer.Chain):
 
 def test_dense_block_cnn():
     """Concat's gradient for its first argument is a view, summed with BatchNormalization's
-    into a new array: the schedule allocated it anyway and predicted 3-4% above the measured
-    peak at every plan, the least peak included."""
+    into a new array: a schedule that allocates the view predicts 3-4% above the measured peak
+    at every plan, the least peak included."""
     x, t = batch_of(16, 32)
     np.random.seed(0)
-    fresh = DenseBlocks()
-    traced = copy.deepcopy(fresh)
-    with chainer.using_config("train", True):
-        g = trace(lambda: traced(x, t))
-    for name, plan in plans(g).items():
-        predicted = lowerset.schedule(plan).peak
-        for i, measured in enumerate(whole_step_peaks(copy.deepcopy(fresh), x, t, plan)):
-            assert abs(measured - predicted) <= TOLERANCE * measured + SLACK, (
-                name, f"step {i + 1}", measured, predicted)
+    assert_predicted(DenseBlocks(), x, t)
