@@ -67,6 +67,8 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
     in_todo = np.zeros(n, dtype=np.bool_)
     stack = np.empty(n + arg_node.shape[0] + 1, dtype=np.int64)
     todo = np.empty(n, dtype=np.int64)
+    keys = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
     for j in bwd:
         ns = 0
         if missing[j] and (rout_ptr[j + 1] > rout_ptr[j] or (state[j] > 0 and not stoch[j])):
@@ -91,8 +93,10 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
                 if s >= 0 and missing[s] and not in_todo[s]:
                     stack[ns] = s
                     ns += 1
-        order = np.argsort(fpos[todo[:nt]])
-        for i in order:
+        for i in range(nt):
+            keys[i] = fpos[todo[i]]
+        _sort_by_key(keys, order, nt)
+        for i in order[:nt]:
             v = todo[i]
             kind[c] = RECOMPUTE
             node[c] = v
@@ -223,6 +227,9 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
         fill[r_last[i]] += 1
     n = state.shape[0]
     stride = n_out + 1
+    # the keys of one event's closed materializations and their sorted order (reused)
+    keys = np.empty(n_r + 1, dtype=np.int64)
+    srt = np.empty(n_r + 1, dtype=np.int64)
     last_forward = -1
     for e in range(n_c):
         if ckind[e] == FORWARD:
@@ -278,7 +285,6 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
         if lo == hi:
             continue
         # order: states by forward position, then values by (node position, kind, output)
-        keys = np.empty(hi - lo, dtype=np.int64)
         for i in range(lo, hi):
             x = r_slot[order[i]]
             if x >= n_out:
@@ -287,7 +293,7 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
                 u = out_node[x]
                 is_drop = dropped[u] and ckind[r_start[order[i]]] == FORWARD
                 keys[i - lo] = n + (fpos[u] * 2 + (0 if is_drop else 1)) * stride + x
-        srt = np.argsort(keys)
+        _sort_by_key(keys, srt, hi - lo)
         i = 0
         while i < hi - lo:
             x = r_slot[order[lo + srt[i]]]
@@ -315,6 +321,21 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
             ev += 1
             optr[ev] = no
     return kind[:ev], node[:ev], nbytes[:ev], optr[:ev + 1], oidx[:no]
+
+
+@njit(cache=True, inline="always")
+def _sort_by_key(keys, srt, m):
+    """Write into ``srt[:m]`` the positions of ``keys[:m]`` (distinct) in increasing key order:
+    an insertion sort where an event closes one to a few materializations, else argsort."""
+    if m > 32:
+        srt[:m] = np.argsort(keys[:m])
+        return
+    for i in range(m):
+        j = i
+        while j > 0 and keys[srt[j - 1]] > keys[i]:
+            srt[j] = srt[j - 1]
+            j -= 1
+        srt[j] = i
 
 
 @njit(cache=True)
