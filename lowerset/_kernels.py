@@ -373,7 +373,7 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
     return dt, dm, need
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
               tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend,
               key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):

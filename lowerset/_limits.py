@@ -7,6 +7,7 @@ about :data:`CHUNK_SECONDS`, whatever the graph; a time limit is then kept to wi
 milliseconds plus the work on one lower set.
 """
 
+import contextlib
 import os
 import time
 
@@ -100,6 +101,14 @@ class Chunker:
             self.size = max(self.minimum, min(rate_size, 4 * self.size))
 
 
+def cores():
+    """Logical cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def available_memory():
     """Bytes of memory that new allocations can use, or None when it cannot be told.
 
@@ -118,11 +127,27 @@ def available_memory():
         return None
 
 
+# DP passes running at once (:func:`sharing_memory`): each may plan for its share of the cap
+_sharing = 1
+
+
+@contextlib.contextmanager
+def sharing_memory(passes):
+    """While inside, :func:`memory_cap` gives each of `passes` concurrent DP passes its share."""
+    global _sharing
+    before, _sharing = _sharing, max(1, int(passes))
+    try:
+        yield
+    finally:
+        _sharing = before
+
+
 def memory_cap():
-    """Bytes one planner call may plan to allocate (:data:`MEMORY_FRACTION` of what is
-    available), or None when the available memory is unknown."""
+    """Bytes one planner call (or one of the DP passes it runs at once, :func:`sharing_memory`)
+    may plan to allocate (:data:`MEMORY_FRACTION` of what is available), or None when the
+    available memory is unknown."""
     avail = available_memory()
-    return None if avail is None else int(MEMORY_FRACTION * avail)
+    return None if avail is None else int(MEMORY_FRACTION * avail) // _sharing
 
 
 def check_memory(nbytes, what, fix):

@@ -334,7 +334,7 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
 
 @requires_graph
 def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-          time_limit=None, overhead_bound=None):
+          time_limit=None, overhead_bound=None, overhead_guess=None):
     """Plan a canonical strategy within a memory budget (Sec. 4.2-4.4).
 
     Parameters
@@ -362,6 +362,10 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         Time-centric mode: an overhead (cost units) that some strategy within `budget` is known
         to reach (for instance the optimum at a smaller budget). The iterative deepening on
         the overhead cap then stops at it; the result is the same, found faster.
+    overhead_guess : int, optional
+        Time-centric mode: a guess of the optimum (cost units). The deepening starts at it (at
+        most `overhead_bound`) instead of at 4 cost units; the result is the same, found
+        faster when the guess is close.
 
     Returns
     -------
@@ -417,7 +421,7 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
-                                              overhead_bound)
+                                              overhead_bound, guess=overhead_guess)
     last = fam.sets.shape[0] - 1
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
@@ -425,11 +429,13 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
                      planner_seconds=deadline.elapsed())
 
 
-def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhead_floor=0):
+def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhead_floor=0,
+                 guess=None):
     """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
     reached; returns the arrays (fstart, fend, ft, fpa, fpe) of :func:`_kernels.dp_fronts`.
-    Time-centric: the iterative deepening starts at twice `overhead_floor` (an overhead no
-    strategy within `budget` goes below) and stops at `overhead_bound`."""
+    Time-centric: the iterative deepening starts at `guess` (an estimate of the optimum), else
+    at twice `overhead_floor` (an overhead no strategy within `budget` goes below), grows 4x a
+    pass and stops at `overhead_bound` (a pass capped there reaches V)."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -441,6 +447,8 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhe
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
     tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, 2 * int(overhead_floor)))
+    if guess is not None and not maximize:
+        tcap = min(cap_max, max(_FIRST_TCAP, int(guess)))
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
                                                                deadline, tcap)

@@ -31,11 +31,13 @@ sequences. ``min_peak(G, measure="activations")`` runs the same search on the gr
 workspace), and returns the plan on `G`.
 """
 
+import concurrent.futures
 import contextlib
 import math
+import threading
 import time
 
-from . import _progress, dp
+from . import _limits, _progress, dp
 from .baselines import chen_sqrtn, selective_family
 from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
@@ -71,6 +73,10 @@ STOP_GAP = 0.02
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, only solve's search runs it
 _EXACT_LADDER_MAX_SETS = 5000
+
+
+# guards the per-graph cache of the paper's DP plans across the pool's threads
+_CACHE_LOCK = threading.Lock()
 
 
 def _ladder(lo, hi, n):
@@ -137,16 +143,46 @@ def _pool(G, method, max_lower_sets, deadline):
     families = ["approx"]
     if method == "exact" and not _large(G, max_lower_sets):
         families.append("exact")
+    leasts, chains = [], []
     for fam in families:
         lo, least = dp.min_budget(G, fam, max_lower_sets=max_lower_sets,
                                   time_limit=deadline.left(), return_strategy=True)
-        add(least)
+        leasts.append(least)
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        for b in budgets:
-            add(_paper(G, fam, "memory", b, max_lower_sets, deadline))
-        for b in _time_ladder(budgets):
-            add(_paper(G, fam, "time", b, max_lower_sets, deadline))
+        chains += [[(fam, "memory", b) for b in budgets],
+                   [(fam, "time", b) for b in _time_ladder(budgets)]]
+    plans = _run_chains(G, chains, max_lower_sets, deadline)
+    for k, least in enumerate(leasts):   # per family: its least eq. (2) peak, then its ladder
+        for s in [least] + plans[2 * k] + plans[2 * k + 1]:
+            add(s)
     return out
+
+
+def _run_chains(G, chains, max_lower_sets, deadline):
+    """The paper's DP at each (family, mode, eq. (2) budget) of each chain; the plans, per chain.
+
+    A chain runs in its order (the time-centric ones ascending: each pass's deepening ends at
+    the optimum of the pass before, :func:`_paper`); the chains run on up to
+    :func:`lowerset._limits.cores` threads (the DP kernel releases the GIL), each pass allowed
+    its share of the memory cap, the time-centric chains (the longest) first. The plans are
+    the same whichever runs first: the DP's optimum and back-pointers do not depend on where
+    its deepening ends."""
+    def run(chain):
+        return [_paper(G, fam, mode, b, max_lower_sets, deadline) for fam, mode, b in chain]
+
+    workers = min(_limits.cores(), len(chains))
+    if workers <= 1:
+        return [run(c) for c in chains]
+    order = sorted(range(len(chains)), key=lambda i: chains[i][0][1] != "time")
+    with _limits.sharing_memory(workers), \
+            concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {i: pool.submit(run, chains[i]) for i in order}
+        try:
+            return [futures[i].result() for i in range(len(chains))]
+        except BaseException:
+            for f in futures.values():
+                f.cancel()
+            raise
 
 
 def _large(G, max_lower_sets):
@@ -164,21 +200,37 @@ def _time_ladder(budgets):
 def _paper(G, method, mode, budget, max_lower_sets, deadline):
     """The paper's DP at one eq. (2) budget, cached per graph.
 
-    The time-centric optimum does not increase with the budget, so the least overhead cached
-    at a budget at most this one bounds the DP's iterative deepening (``overhead_bound`` of
-    :func:`dp.solve`): the same plan, found faster."""
+    The time-centric optimum does not increase with the budget, and the exact family's is at
+    most the pruned family's at the same budget, so the least optimum cached at a budget at
+    most this one (of the family, or of the pruned family for the exact one) bounds the DP's
+    iterative deepening (``overhead_bound`` of :func:`dp.solve`); the family's last two optima
+    below this budget extrapolate where the deepening starts (``overhead_guess``): the same
+    plan, found faster."""
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = (method, mode, budget, max_lower_sets)
-    if key not in cache:
-        bound = None
+    with _CACHE_LOCK:   # the pool's threads (:func:`_run_chains`) share the cache
+        if key in cache:
+            return cache[key]
+        bound = guess = None
         if mode == "time":
-            bound = min((s.overhead for (m, md, b, n), s in cache.items()
-                         if (m, md, n) == (method, "time", max_lower_sets) and b <= budget),
-                        default=None)
-        cache[key] = dp.solve(G, budget, mode=mode, method=method,
-                              max_lower_sets=max_lower_sets, time_limit=deadline.left(),
-                              overhead_bound=bound)
-    return cache[key]
+            below = sorted((b, m, s.overhead) for (m, md, b, n), s in cache.items()
+                           if md == "time" and n == max_lower_sets and b <= budget
+                           and m in (method, "approx"))
+            bound = min((o for _, _, o in below), default=None)
+            guess = _guess([o for _, m, o in below if m == method], bound)
+    s = dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
+                 time_limit=deadline.left(), overhead_bound=bound, overhead_guess=guess)
+    with _CACHE_LOCK:
+        return cache.setdefault(key, s)
+
+
+def _guess(optima, bound):
+    """Where the time-centric deepening starts, from the family's optima at the budgets below
+    (ascending budgets; cost units): the last one times the last ratio, 10% up; the bound where
+    there is one optimum; None (the default start) where there are none."""
+    if len(optima) < 2 or optima[-2] <= 0:
+        return bound
+    return min(bound, int(1.1 * optima[-1] * min(1.0, optima[-1] / optima[-2])) + 1)
 
 
 def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None,

@@ -244,3 +244,37 @@ def test_solve_is_never_worse_than_a_dp_plan_that_fits(g):
     for s in _dp_plans(g, 40):
         b = s.schedule.peak
         assert ls.solve(g, b).schedule.recompute_cost <= s.schedule.recompute_cost
+
+
+def _front_figures(front):
+    return [(s.segment_of_nodes().tolist(), s.schedule.recompute_cost, s.schedule.peak)
+            for s in front]
+
+
+@settings(max_examples=examples(0.3), deadline=None)
+@given(st.one_of(graphs_with_facts(max_nodes=9), dags(max_nodes=9)))
+def test_pool_threads_do_not_change_the_front(g):
+    """The pool's DP passes run on a thread per core, each starting its deepening from what
+    the others cached: the front (strategies, overheads, peaks) is that of one thread."""
+    from lowerset import _limits
+
+    fronts = []
+    for cores in (1, 2, 3):
+        orig, _limits.cores = _limits.cores, lambda c=cores: c
+        try:
+            fronts.append(_front_figures(ls.pareto(g.with_facts(g.facts), "exact")))
+        finally:
+            _limits.cores = orig
+    assert fronts[0] == fronts[1] == fronts[2]
+
+
+def test_sharing_memory_divides_the_cap():
+    from lowerset import _limits
+
+    whole = _limits.memory_cap()
+    if whole is None:
+        pytest.skip("the available memory cannot be told here")
+    with _limits.sharing_memory(4):
+        share = _limits.memory_cap()
+    assert abs(share - whole / 4) < 0.05 * whole   # the available memory moves a little
+    assert abs(_limits.memory_cap() - whole) < 0.05 * whole
