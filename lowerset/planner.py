@@ -18,7 +18,7 @@ schedule), and selective checkpointing's strategies
 outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
 The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it only
 when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
-about a second. :func:`solve` takes the least overhead on that front within the budget, then
+about a second. The pool's DP passes run on a thread per core (:func:`_run_chains`). :func:`solve` takes the least overhead on that front within the budget, then
 searches the time-centric DP's eq. (2) budget for the largest one whose plan still fits the
 device budget (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection
 above its largest fitting budget over the pruned family, then (exact) a descent from that answer
