@@ -18,10 +18,11 @@ schedule), and selective checkpointing's strategies
 outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
 The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it only
 when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
-about a second. The pool's DP passes run on a thread per core (:func:`_run_chains`). :func:`solve` takes the least overhead on that front within the budget, then
-searches the time-centric DP's eq. (2) budget for the largest one whose plan still fits the
-device budget (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection
-above its largest fitting budget over the pruned family, then (exact) a descent from that answer
+about a second. The pool's DP passes run on a thread per core (:func:`_run_chains`).
+:func:`solve` takes the least overhead on that front within the budget, then searches the
+time-centric DP's eq. (2) budget for the largest one whose plan still fits the device budget
+(its overhead decreases as the eq. (2) budget grows): the ladder and a bisection above its
+largest fitting budget over the pruned family, then (exact) a descent from that answer
 over all lower sets, where every plan on the DP's final front (:func:`lowerset.dp.time_front`)
 is a candidate. With ``method="exact"``, :func:`pareto` then improves its least-peak plan and
 :func:`solve` its answer by local search over lower-set sequences judged by the schedule
