@@ -162,14 +162,22 @@ def _pool(G, method, max_lower_sets, deadline):
 def _run_chains(G, chains, max_lower_sets, deadline):
     """The paper's DP at each (family, mode, eq. (2) budget) of each chain; the plans, per chain.
 
-    A chain runs in its order (the time-centric ones ascending: each pass's deepening ends at
-    the optimum of the pass before, :func:`_paper`); the chains run on up to
+    A chain runs in its order (the time-centric ones ascending: each pass's deepening starts
+    from the optima before it, :func:`_paper`); the chains run on up to
     :func:`lowerset._limits.cores` threads (the DP kernel releases the GIL), each pass allowed
     its share of the memory cap, the time-centric chains (the longest) first. The plans are
     the same whichever runs first: the DP's optimum and back-pointers do not depend on where
-    its deepening ends."""
+    its deepening starts or ends. The first error stops the other chains after their pass in
+    progress, and is raised."""
+    stop = threading.Event()
+
     def run(chain):
-        return [_paper(G, fam, mode, b, max_lower_sets, deadline) for fam, mode, b in chain]
+        out = []
+        for fam, mode, b in chain:
+            if stop.is_set():
+                break
+            out.append(_paper(G, fam, mode, b, max_lower_sets, deadline))
+        return out
 
     workers = min(_limits.cores(), len(chains))
     if workers <= 1:
@@ -179,11 +187,11 @@ def _run_chains(G, chains, max_lower_sets, deadline):
             concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {i: pool.submit(run, chains[i]) for i in order}
         try:
-            return [futures[i].result() for i in range(len(chains))]
-        except BaseException:
-            for f in futures.values():
-                f.cancel()
-            raise
+            concurrent.futures.wait(futures.values(),
+                                    return_when=concurrent.futures.FIRST_EXCEPTION)
+        finally:
+            stop.set()   # on an error or an interrupt the others stop after their pass
+        return [futures[i].result() for i in range(len(chains))]
 
 
 def _large(G, max_lower_sets):
