@@ -11,7 +11,7 @@ import contextlib
 import os
 import time
 
-from .exceptions import SearchLimitError
+from .exceptions import ArgumentError, SearchLimitError
 
 #: Target wall time of one kernel call between two deadline checks, seconds.
 CHUNK_SECONDS = 0.005
@@ -101,8 +101,25 @@ class Chunker:
             self.size = max(self.minimum, min(rate_size, 4 * self.size))
 
 
+#: Environment variable that sets how many threads one planner call may use.
+THREADS_VARIABLE = "LOWERSET_THREADS"
+
+
 def cores():
-    """Logical cores this process may run on (its CPU affinity where the OS tells it)."""
+    """Threads one planner call may run at once: ``$LOWERSET_THREADS`` where it is set, else
+    the logical cores this process may run on (its CPU affinity where the OS tells it).
+
+    Raises
+    ------
+    ArgumentError
+        If ``$LOWERSET_THREADS`` is set but not a positive integer.
+    """
+    value = os.environ.get(THREADS_VARIABLE, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ArgumentError(f"{THREADS_VARIABLE}={value!r}: expected a positive integer "
+                                "(the threads one planner call may use)")
+        return int(value)
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -278,3 +278,20 @@ def test_sharing_memory_divides_the_cap():
         share = _limits.memory_cap()
     assert abs(share - whole / 4) < 0.05 * whole   # the available memory moves a little
     assert abs(_limits.memory_cap() - whole) < 0.05 * whole
+
+
+def test_threads_variable(monkeypatch):
+    """$LOWERSET_THREADS sets the planner's threads; a bad value is a clear error."""
+    from lowerset import _limits
+
+    g = ls.Graph.chain(12, memory=10)
+    monkeypatch.setenv("LOWERSET_THREADS", "1")
+    assert _limits.cores() == 1
+    one = _front_figures(ls.pareto(g.with_facts(g.facts), "exact"))
+    monkeypatch.setenv("LOWERSET_THREADS", "3")
+    assert _limits.cores() == 3
+    assert _front_figures(ls.pareto(g.with_facts(g.facts), "exact")) == one
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv("LOWERSET_THREADS", bad)
+        with pytest.raises(ls.ArgumentError, match="LOWERSET_THREADS"):
+            ls.pareto(g.with_facts(g.facts), "exact")
