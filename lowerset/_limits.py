@@ -1,4 +1,5 @@
-"""The limits of one planner call: its deadline and the memory it may allocate.
+"""The limits of one planner call: its deadline, the memory it may allocate and the threads it
+may run.
 
 The Numba kernels never raise (STYLE.md), so every long phase (counting and enumerating lower
 sets, their statistics, the DPs) runs as a Python loop over kernel calls of bounded work, and the
