@@ -421,7 +421,7 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
     fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
-                                              overhead_bound, guess=overhead_guess)
+                                              overhead_bound, start=overhead_guess)
     last = fam.sets.shape[0] - 1
     ts = ft[fstart[last]:fend[last]]
     e = fstart[last] + int(np.argmax(ts) if maximize else np.argmin(ts))
@@ -429,13 +429,12 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
                      planner_seconds=deadline.elapsed())
 
 
-def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhead_floor=0,
-                 guess=None):
+def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=None):
     """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
     reached; returns the arrays (fstart, fend, ft, fpa, fpe) of :func:`_kernels.dp_fronts`.
-    Time-centric: the iterative deepening starts at `guess` (an estimate of the optimum), else
-    at twice `overhead_floor` (an overhead no strategy within `budget` goes below), grows 4x a
-    pass and stops at `overhead_bound` (a pass capped there reaches V)."""
+    Time-centric: the iterative deepening on the overhead cap starts at `start` (cost units;
+    default :data:`_FIRST_TCAP`), grows 4x a pass and stops at `overhead_bound` (a pass capped
+    there reaches V)."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -446,9 +445,7 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, overhe
     cap_max = T
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
-    tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, 2 * int(overhead_floor)))
-    if guess is not None and not maximize:
-        tcap = min(cap_max, max(_FIRST_TCAP, int(guess)))
+    tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
                                                                deadline, tcap)
@@ -503,7 +500,7 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, False, deadline,
-                                              overhead_bound, overhead_floor)
+                                              overhead_bound, start=2 * int(overhead_floor))
     last = fam.sets.shape[0] - 1
     return [_strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode="time", budget=budget,
                       planner_seconds=deadline.elapsed())
