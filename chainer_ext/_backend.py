@@ -59,12 +59,12 @@ def synchronize(arrays=()):
 def root_buffer(a):
     """The object that owns the memory of array `a` (itself unless it is a view).
 
-    Two arrays share memory when their root buffers are the same object. For NumPy it is the
-    last ndarray of the ``base`` chain; for CuPy the memory allocation of ``a.data``.
+    Two arrays share memory when their root buffers are the same object: the last array of
+    the ``base`` chain (NumPy's or CuPy's, whose views set ``base`` alike). The root is an
+    array, so it has ``nbytes`` and takes weak references (CuPy's memory objects take none).
     """
-    if is_cupy_array(a):  # pragma: no cover - GPU
-        return a.data.mem
-    while isinstance(getattr(a, "base", None), np.ndarray):
+    kind = cupy.ndarray if is_cupy_array(a) else np.ndarray
+    while isinstance(getattr(a, "base", None), kind):
         a = a.base
     return a
 

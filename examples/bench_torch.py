@@ -845,6 +845,18 @@ def targets(result):
 
 # -- report -------------------------------------------------------------------------------------
 
+def deterministic_cuda():
+    """Deterministic CUDA kernels for the whole run: cuBLAS with a fixed workspace
+    (``CUBLAS_WORKSPACE_CONFIG``, read when cuBLAS starts, so before the first CUDA operation),
+    cuDNN's deterministic algorithms, no cuDNN benchmarking. Without them two plain steps on a
+    GPU differ in their last bits (atomic additions in backward kernels), and "gradients
+    bitwise" would measure the kernels, not the method. An operation with no deterministic CUDA
+    kernel warns (``warn_only``) and runs as it would otherwise."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+
+
 def machine_info(device):
     info = _machine.machine_info()
     info["torch"] = torch.__version__
@@ -858,6 +870,7 @@ def machine_info(device):
                      if importlib.util.find_spec("scipy") is not None else None)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+        info["deterministic"] = torch.are_deterministic_algorithms_enabled()
     info["lowerset"] = lowerset.__version__
     return info
 
@@ -865,6 +878,8 @@ def machine_info(device):
 def machine_line(info):
     extra = [f"torch {info['torch']} ({info['torch_threads']} threads)"]
     extra += [f"{k} {info[k]}" for k in ("torchvision", "scipy") if info.get(k)]
+    if info.get("deterministic"):
+        extra.append("deterministic CUDA kernels")
     return _machine.machine_line(info) + ", " + ", ".join(extra)
 
 
@@ -1055,6 +1070,8 @@ def main(argv=None):
     if args.render:
         return render(args.render, args.plot)
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
+    if device.type == "cuda":
+        deterministic_cuda()
     if args.threads:
         torch.set_num_threads(args.threads)
     out = pathlib.Path(args.out) / f"bench_torch_{args.preset}"

@@ -40,6 +40,7 @@ from lowerset import batching
 from lowerset.batching import BatchSizeResult, BatchTrial, PLANNERS  # noqa: F401
 
 from . import _build
+from ._autograd import reachable_nodes
 from .exceptions import TorchExtError
 from .executor import RecomputeContext
 from .memory import peak_memory
@@ -142,15 +143,10 @@ def extrapolate(graphs, batch_size):
 
 def _parameters_of(loss):
     """The leaf tensors requiring a gradient that `loss`'s autograd graph accumulates into."""
-    params, seen, stack = {}, set(), [loss.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
+    params = {}
+    for fn in reachable_nodes(loss.grad_fn):
         if type(fn).__name__ == "AccumulateGrad":
             params[id(fn.variable)] = fn.variable
-        stack.extend(f for f, _ in fn.next_functions)
     return list(params.values())
 
 

@@ -37,6 +37,7 @@ import lowerset
 
 from . import _ops
 from ._guards import check_not_compiled, step_device
+from ._autograd import node_tag, reachable_nodes
 from .exceptions import TraceError
 from .measure import MemoryMeter
 
@@ -326,17 +327,11 @@ class _Recorder(TorchDispatchMode):
     def hook_backward(self, loss):
         """Register pre- and post-hooks on every mapped autograd node reachable from `loss`."""
         self._resolve_pending()
-        seen, stack = set(), [loss.grad_fn]
-        while stack:
-            fn = stack.pop()
-            if fn is None or id(fn) in seen:
-                continue
-            seen.add(id(fn))
+        for fn in reachable_nodes(loss.grad_fn):
             i = fn.metadata.get(_KEY)
             if i is not None:
                 fn.register_prehook(self._prehook(i))
                 fn.register_hook(self._posthook(i, fn))
-            stack.extend(f for f, _ in fn.next_functions)
 
     def _prehook(self, i):
         def pre(grad_outputs):
@@ -369,7 +364,7 @@ def _edge_key(t):
     if not t.requires_grad:
         return None
     if t.grad_fn is not None:
-        return ("fn", id(t.grad_fn), t.output_nr)
+        return ("fn", node_tag(t.grad_fn), t.output_nr)
     return ("leaf", id(t))
 
 
@@ -378,7 +373,7 @@ def _next_key(fn, nr):
         return None
     if type(fn).__name__ == "AccumulateGrad":
         return ("leaf", id(fn.variable))
-    return ("fn", id(fn), nr)
+    return ("fn", node_tag(fn), nr)
 
 
 def _record_grads(op, fn, grad_inputs, grad_outputs):
