@@ -32,7 +32,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" - <<'PYEOF'
 import importlib.metadata as md, sys
-names = ["numpy", "numba", "networkx", "chainer", "chainercv", "setuptools", "mpi4py", "mpich"]
+names = ["numpy", "numba", "networkx", "chainer", "chainercv", "setuptools", "mpi4py", "mpich",
+         "torch", "torchvision"]
 have = []
 for n in names:
     try:
