@@ -26,7 +26,14 @@
 #   torch [ARGS]   the CUDA tests of torch_ext (pytest -m gpu tests/torch_ext ARGS) with the
 #                  machine's PyTorch, then examples/bench_torch.py --preset gpu (Chainer off
 #                  the path)
-#   all            check, tests, and a short ResNet50 table1 run at the paper's batch on the GPU
+#   all            everything above within ALL_SECONDS (default 540) in three parallel streams,
+#                  each step cut off at the deadline: check; the Chainer GPU tests (no -x) then
+#                  table1 for ResNet-50 at the paper's batch; the torch GPU tests then
+#                  bench_torch --preset gpu for resnet50 and gpt; bench_torch for mlp and unet.
+#                  Writes check.log, chainer.log, torch.log, torch2.log and results.tgz to $OUT
+#                  (or gpu-results/). The times of a stream are measured with the others
+#                  beside it on the same GPU. One device call of 600 s:
+#                    bash scripts/gpu_device.sh all
 #
 # Chainer 7.8.1 does not import on NumPy 2 / Python 3.12 by itself: chainer_ext/_compat.py fixes
 # that, and is applied when chainer_ext is imported. So this script imports chainer_ext before
@@ -109,6 +116,50 @@ sys.argv[0] = "examples/reproduce_table1.py"
 runpy.run_path(sys.argv[0], run_name="__main__")' "$@" "${out[@]}"
 }
 
+bounded() {
+    # bounded SECONDS CMD...: CMD with at most SECONDS, and not past $DEADLINE
+    local lim=$1 left
+    shift
+    left=$(( DEADLINE - $(date +%s) ))
+    (( left < lim )) && lim=$left
+    if (( lim < 5 )); then stamp "skipped at the deadline: $*"; return 1; fi
+    stamp "[at most $lim s] $*"
+    timeout -k 5 "$lim" "$@"
+    local rc=$?
+    stamp "rc=$rc $*"
+    return $rc
+}
+
+run_all() {
+    local out="${OUT:-$ROOT/gpu-results}" self="$ROOT/scripts/gpu_device.sh" m
+    mkdir -p "$out/results"
+    DEADLINE=$(( $(date +%s) + ${ALL_SECONDS:-540} ))
+    check > "$out/check.log" 2>&1
+    export KINETO_LOG_LEVEL=5
+    (
+        bounded 200 bash "$self" tests -m gpu --maxfail=30 -rA
+        bounded 300 bash "$self" table1 --preset paper --device gpu --networks resnet50 \
+            --methods chen approx-mc exact-tc --out "$out/results/table1"
+    ) > "$out/chainer.log" 2>&1 &
+    (
+        bounded 120 env PYTHONPATH="$ROOT" "$PY" -m pytest tests/torch_ext -q \
+            -p no:cacheprovider -m gpu -rA
+        for m in resnet50 gpt; do
+            bounded 220 env PYTHONPATH="$ROOT" "$PY" examples/bench_torch.py --preset gpu \
+                --models "$m" --out "$out/results/torch_$m"
+        done
+    ) > "$out/torch.log" 2>&1 &
+    (
+        for m in mlp unet; do
+            bounded 260 env PYTHONPATH="$ROOT" "$PY" examples/bench_torch.py --preset gpu \
+                --models "$m" --out "$out/results/torch_$m"
+        done
+    ) > "$out/torch2.log" 2>&1 &
+    wait
+    tar czf "$out/results.tgz" -C "$out" results && rm -rf "$out/results"
+    stamp "done; logs and results.tgz in $out"
+}
+
 install
 cmd="${1:-all}"
 shift || true
@@ -117,13 +168,6 @@ case "$cmd" in
     tests) run_tests "$@" ;;
     table1) run_table1 "$@" ;;
     torch) run_torch "$@" ;;
-    all)
-        rc=0
-        check || rc=1
-        run_tests || rc=1
-        run_table1 --preset paper --device gpu --networks resnet50 \
-            --methods chen approx-mc exact-tc || rc=1
-        stamp "done rc=$rc"
-        exit $rc ;;
+    all) run_all ;;
     *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|torch [PYTEST ARGS]|all]"; exit 2 ;;
 esac
