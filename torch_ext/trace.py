@@ -110,7 +110,7 @@ class _Op:
     __slots__ = ("func", "name", "args", "inputs", "edges", "outputs", "out_bytes", "views",
                  "writes", "mutates", "random", "flops", "time", "node", "pin", "reads",
                  "grads", "gviews", "freed_fwd", "freed_bwd", "dropped_at", "died", "index",
-                 "tracked")
+                 "tracked", "unmatched")
 
     def __init__(self, func, index):
         self.func, self.name, self.index = func, str(func), index
@@ -122,6 +122,7 @@ class _Op:
         self.reads, self.grads, self.gviews = set(), {}, {}
         self.freed_fwd, self.freed_bwd, self.dropped_at, self.died = {}, {}, {}, set()
         self.tracked = set()   # outputs whose storage (not an external's) is watched
+        self.unmatched = 0     # gradients its backward sent along edges no argument had
 
 
 class _Recorder(TorchDispatchMode):
@@ -378,7 +379,9 @@ def _next_key(fn, nr):
 
 def _record_grads(op, fn, grad_inputs, grad_outputs):
     """Which arguments got a gradient from the node's backward, and which of those are views
-    of a gradient it received (``AddBackward0`` hands its gradient on as it is)."""
+    of a gradient it received (``AddBackward0`` hands its gradient on as it is). A gradient
+    sent along an edge that none of the call's arguments had in the forward pass is counted in
+    ``op.unmatched`` (:func:`_check_edges` refuses the trace)."""
     taken = set()
     out_keys = [_ops.storage_key(g) if g is not None else None for g in grad_outputs]
     for (nfn, nr), g in zip(fn.next_functions, grad_inputs):
@@ -393,6 +396,22 @@ def _record_grads(op, fn, grad_inputs, grad_outputs):
                     gk = _ops.storage_key(g)
                     op.gviews[p] = out_keys.index(gk) if gk is not None and gk in out_keys else -1
                 break
+        else:
+            if g is not None:
+                op.unmatched += 1
+
+
+def _check_edges(rec):
+    """Raise TraceError where a backward sent a gradient along an autograd edge that the
+    forward pass did not record for any argument: the graph would miss that gradient's bytes
+    (every prediction of the step too low), so no graph is made."""
+    bad = [op for op in rec.ops if op.unmatched]
+    if bad:
+        names = ", ".join(f"{op.index} ({op.name})" for op in bad[:3])
+        raise TraceError(
+            f"the backward of {len(bad)} operation(s), first {names}, sent gradients along "
+            f"autograd edges that the forward pass did not record (torch {torch.__version__}): "
+            "the trace cannot tell which values they reach")
 
 
 def _raw(t):
@@ -498,6 +517,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
                 loss.backward()
                 rec._close_window()
                 rec.phase = "done"
+        _check_edges(rec)
         windows = meter.result.windows if measure_memory else {}
         return _build(rec, loss, windows, cost_model, time_unit, str(device))
     finally:

@@ -36,3 +36,29 @@ def test_reachable_nodes_visits_each_node_once():
                             "MulBackward0", "MulBackward0", "AccumulateGrad",
                             "AccumulateGrad"])
     assert reachable_nodes(None) == []
+
+
+def test_trace_refuses_gradients_along_edges_it_did_not_record(monkeypatch):
+    # what naming autograd nodes by id() did on PyTorch 2.11: the forward pass's key of an
+    # edge between two operations differs from the backward's, so no gradient matches
+    import importlib
+
+    import torch.nn as nn
+
+    import torch_ext
+
+    trace_module = importlib.import_module("torch_ext.trace")
+    real = trace_module._edge_key
+
+    def key_of_another_node(t):
+        k = real(t)
+        return k if k is None or k[0] == "leaf" else ("fn", -1 - k[1], k[2])
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(4, 8)
+    graph = torch_ext.trace(lambda: model(x).square().sum(), model=model)
+    assert all(any(nf.grad_args) for nf in graph.facts.nodes[1:])
+    monkeypatch.setattr(trace_module, "_edge_key", key_of_another_node)
+    with pytest.raises(torch_ext.TraceError, match="did not record"):
+        torch_ext.trace(lambda: model(x).square().sum(), model=model)
