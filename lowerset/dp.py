@@ -93,6 +93,27 @@ def _check_mode(mode):
     return check_choice(mode, "mode", MODES)
 
 
+def same_families(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE):
+    """Whether the exact DP's family (all lower sets, Sec. 4.2) is the pruned one (Sec. 4.3):
+    the same sets in the same order, so that every DP pass over one gives the other's result
+    (each lower set of G is ∅, V or the ancestors of one node: chains, DenseNet's blocks, a
+    U-Net without parallel branches). Cached per graph.
+
+    Raises
+    ------
+    SearchLimitError
+        If G has more than `max_lower_sets` lower sets, or the deadline passes.
+    """
+    cache = _cache(G)
+    key = ("same", max_lower_sets)
+    if key not in cache:
+        approx = _get_family(G, "approx", max_lower_sets, deadline)
+        count, _ = _count(G, max_lower_sets, deadline)
+        cache[key] = (count == approx.sets.shape[0] and np.array_equal(
+            _get_family(G, "exact", max_lower_sets, deadline).sets, approx.sets))
+    return cache[key]
+
+
 def _cache(G):
     """The planner's per-graph cache (a Graph is immutable, so it never goes stale).
 

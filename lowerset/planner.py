@@ -142,8 +142,9 @@ def _pool(G, method, max_lower_sets, deadline):
         add(s)
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     families = ["approx"]
-    if method == "exact" and not _large(G, max_lower_sets):
-        families.append("exact")
+    if (method == "exact" and not _large(G, max_lower_sets)
+            and not dp.same_families(G, max_lower_sets, _limits.Deadline(deadline.left()))):
+        families.append("exact")   # where the families are the same, so are its plans
     leasts, chains = [], []
     for fam in families:
         lo, least = dp.min_budget(G, fam, max_lower_sets=max_lower_sets,
@@ -515,7 +516,8 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
         found += more
     if method == "exact":
         _progress.phase("exact DP")
-        lo_e = lo if _large(G, max_lower_sets) else dp.min_budget(
+        lo_e = lo if (_large(G, max_lower_sets) or dp.same_families(
+            G, max_lower_sets, _limits.Deadline(deadline.left()))) else dp.min_budget(
             G, "exact", max_lower_sets=max_lower_sets, time_limit=deadline.left())
         more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad),
                                     EXACT_BISECTION_STEPS, max_lower_sets, deadline,
