@@ -682,3 +682,39 @@ def _grown(arr, cap):
     out = np.zeros(cap, dtype=arr.dtype)
     out[: arr.shape[0]] = arr
     return out
+
+
+@njit(cache=True, nogil=True)
+def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg_ptr, rarg_idx,
+                  rout_ptr, rout_idx, n_out, n_targets, resident, out_ptr, out_node, out_bytes,
+                  out_view, arg_out, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
+                  returned, held, seed, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
+                  made_ptr, made_idx, efree_ptr, efree_idx, cost):
+    """The peak (bytes, resident included) and the recomputation cost (cost units) of the
+    schedule that drops `dropped`: the three passes and the fold, in one call that releases
+    the GIL (a local search evaluates moves on several threads).
+
+    Returns
+    -------
+    peak, recompute_cost : int
+    """
+    ckind, cnode = compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node,
+                                  rarg_ptr, rarg_idx, rout_ptr)
+    slot, start, last = liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out,
+                                 rarg_ptr, rarg_idx, rout_ptr, rout_idx, returned, held)
+    kind, node, nbytes, optr, oidx = emit_events(ckind, cnode, slot, start, last, dropped,
+                                                 n_out, fpos, out_ptr, out_node, out_bytes,
+                                                 state, stoch, seed, grad_out)
+    timeline, highs = fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr,
+                           out_bytes, out_view, state, stoch, arg_ptr, arg_target, arg_size,
+                           arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak, sum_inplace,
+                           ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx)
+    peak = resident
+    for i in range(highs.shape[0]):
+        if highs[i] > peak:
+            peak = highs[i]
+    total = 0
+    for i in range(kind.shape[0]):
+        if kind[i] == RECOMPUTE or kind[i] == REMATERIALIZE:
+            total += cost[node[i]]
+    return peak, total

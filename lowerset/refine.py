@@ -38,11 +38,14 @@ References
    analysis).
 """
 
+import concurrent.futures
+import itertools
+
 import numpy as np
 
+from . import _limits
 from ._validate import check_budget, check_count
-from .scheduling import (_drop_rule, _fold, _hooked_arrays, _recompute_cost, dropped_of_labels,
-                         segment_labels)
+from .scheduling import _drop_rule, _peak_and_cost, dropped_of_labels, segment_labels
 from .strategy import CanonicalStrategy
 
 __all__ = ["refine", "MAX_EVALUATIONS"]
@@ -58,6 +61,10 @@ MAX_EVALUATIONS = 4000
 PAIR_MOVES = 40_000
 PAIR_EVALUATIONS = 1000
 
+#: Moves per thread whose schedules are computed at once, ahead of the scan that asks for them
+#: (on one core: none). A move that improves leaves the rest of its chunk computed for nothing.
+AHEAD = 2
+
 
 def strategy_of_labels(graph, seg, **meta):
     """The :class:`CanonicalStrategy` of a monotone labelling without empty segments."""
@@ -66,26 +73,61 @@ def strategy_of_labels(graph, seg, **meta):
 
 class _Scheduler:
     """Peak (bytes) and recomputation cost (cost units) of labellings, one schedule per dropped
-    set."""
+    set.
 
-    def __init__(self, graph):
+    ``memo`` holds the schedules the search has asked for, in the order it asked: its size is
+    what ``max_evaluations`` bounds. With a thread pool, :meth:`ahead` computes the schedules
+    of the next few moves at once (the kernel releases the GIL); they wait outside ``memo``
+    until the search asks for them, so the search takes the same path, and stops at the same
+    count, as one that computes each schedule when it asks."""
+
+    def __init__(self, graph, pool=None):
         self.graph = graph
         self.droppable = _drop_rule(graph)[2]
         self.memo = {}
+        self._ahead = {}
+        self._seen = {}
+        self._pool = pool
 
     def dropped(self, seg):
         """Bool per node: the nodes the labelling's sequence drops (:func:`dropped_of_labels`)."""
         return dropped_of_labels(self.graph, seg)
 
     def __call__(self, seg):
-        d = self.dropped(seg)
-        key = np.packbits(d).tobytes()
+        d, key = self._keyed(seg)
         out = self.memo.get(key)
         if out is None:
-            arrays = _hooked_arrays(self.graph, d)
-            out = self.memo[key] = (_fold(self.graph, arrays).peak,
-                                    _recompute_cost(self.graph, arrays))
+            out = self._ahead.pop(key, None)
+            if out is None:
+                out = _peak_and_cost(self.graph, d)
+            self.memo[key] = out
         return out
+
+    def _keyed(self, seg, keep=False):
+        """The labelling's dropped nodes and their packed bytes (the memo's key); those of a
+        labelling :meth:`ahead` saw (`keep`) are not computed again."""
+        found = self._seen.pop(id(seg), None)
+        if found is not None and found[0] is seg:
+            return found[1], found[2]
+        d = self.dropped(seg)
+        key = np.packbits(d).tobytes()
+        if keep:
+            self._seen[id(seg)] = (seg, d, key)
+        return d, key
+
+    def ahead(self, segs):
+        """Compute, on the pool, the schedules of the labellings `segs` not asked for yet."""
+        if self._pool is None:
+            return
+        self._seen.clear()   # what the last chunk left was abandoned
+        todo = {}
+        for seg in segs:
+            d, key = self._keyed(seg, keep=True)
+            if key not in self.memo and key not in self._ahead:
+                todo[key] = d
+        if len(todo) > 1:
+            results = self._pool.map(lambda d: _peak_and_cost(self.graph, d), todo.values())
+            self._ahead.update(zip(todo, results))
 
 
 def _objective(budget):
@@ -208,32 +250,58 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
         budget = check_budget(budget)
     check_count(max_evaluations, "max_evaluations", 1)
     key = _objective(budget)
-    run = _Scheduler(graph)
-    seg = segment_labels(strategy)
-    best = key(*run(seg))
-    start, changed, pair_cap = 0, False, None
-    while len(run.memo) < max_evaluations:
-        found = _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline)
-        if found is None and len(run.memo) < max_evaluations:
-            # a local optimum of single moves: try two moves in a row, the first one's
-            # result in order of its objective (it need not improve by itself)
-            if pair_cap is None:
-                pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
-            found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
-        if found is None:
-            break
-        seg, best, start = found
-        changed = True
+    workers = _limits.cores()
+    with (concurrent.futures.ThreadPoolExecutor(workers) if workers > 1
+          else _no_pool()) as pool:
+        run = _Scheduler(graph, pool)
+        seg = segment_labels(strategy)
+        best = key(*run(seg))
+        start, changed, pair_cap = 0, False, None
+        while len(run.memo) < max_evaluations:
+            found = _improving_move(graph, run, key, seg, best, start, max_evaluations,
+                                    deadline)
+            if found is None and len(run.memo) < max_evaluations:
+                # a local optimum of single moves: try two moves in a row, the first one's
+                # result in order of its objective (it need not improve by itself)
+                if pair_cap is None:
+                    pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
+                found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
+            if found is None:
+                break
+            seg, best, start = found
+            changed = True
     if not changed:
         return strategy
     return strategy_of_labels(graph, seg, method=strategy.method, mode=strategy.mode,
                               budget=strategy.budget)
 
 
+class _no_pool:
+    """Stands in for a thread pool on one core: the schedules are computed when asked for."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _in_chunks(moves, run):
+    """`moves` in lists of :data:`AHEAD` per thread, each list's schedules computed ahead."""
+    size = AHEAD * _limits.cores()
+    while True:
+        chunk = list(itertools.islice(moves, size))
+        if not chunk:
+            return
+        run.ahead([seg for seg, _ in chunk])
+        yield from chunk
+
+
 def _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline):
     """The first move from `seg` (scanning from node `start`) whose objective is below `best`:
     (labelling, objective, next start), or None (none, or `max_evaluations` reached)."""
-    for seg2, v in _moves(graph, seg, run.dropped(seg), run.droppable, start):
+    moves = _moves(graph, seg, run.dropped(seg), run.droppable, start)
+    for seg2, v in _in_chunks(moves, run):
         if deadline is not None:
             deadline()
         k2 = key(*run(seg2))
@@ -254,7 +322,7 @@ def _improving_pair(graph, run, key, seg, best, max_evaluations, deadline):
         if len(segs) ** 2 > PAIR_MOVES:
             return None
     firsts = []
-    for i, seg1 in enumerate(segs):
+    for i, (seg1, _) in enumerate(_in_chunks(((s1, None) for s1 in segs), run)):
         firsts.append((key(*run(seg1)), i, seg1))
         if len(run.memo) >= max_evaluations:
             return None

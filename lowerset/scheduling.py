@@ -442,6 +442,29 @@ def _hooked_arrays(g, dropped):
                           f.out_node, f.out_bytes, f.state, f.stoch, f.seed, f.grad_out)
 
 
+def _peak_and_cost(g, dropped):
+    """``(peak, recompute_cost)`` of the schedule that drops `dropped` (bool per node): those
+    of ``_fold(g, _hooked_arrays(g, dropped))`` and :func:`_recompute_cost`, in one kernel
+    call that releases the GIL."""
+    f = flat_facts(g)
+    peak, cost = _k.peak_and_cost(
+        dropped, f.fwd, f.fpos, f.bwd, f.state, f.stoch, f.arg_ptr, f.arg_node, f.rarg_ptr,
+        f.rarg_idx, f.rout_ptr, f.rout_idx, f.n_out, f.n_targets, f.resident, f.out_ptr,
+        f.out_node, f.out_bytes, f.out_view, f.arg_out, f.arg_target, f.arg_size, f.arg_gsize,
+        f.arg_grad, f.arg_gview, f.returned, f.held, f.seed, f.grad_out, f.fpeak, f.bpeak,
+        f.sum_inplace, f.ext_bytes, f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx,
+        _cost_array(g))
+    return int(peak), int(cost)
+
+
+def _cost_array(g):
+    """T per node as contiguous int64 (cost units), kept on the graph."""
+    cached = g.__dict__.get("_cost_i64")
+    if cached is None:
+        cached = g.__dict__["_cost_i64"] = _i64(g.cost)
+    return cached
+
+
 def _plain_arrays(g):
     """The plain step: every forward in order, a value freed after the forward where the
     recorded run freed it, the backward pass with gradients freed after each backward."""

@@ -253,3 +253,54 @@ def test_pairs_of_moves_reach_the_least_peak_single_moves_miss():
     g = ls.load_graph(INCEPTION_LIKE)
     s = ls.min_peak(g, "exact")
     assert (s.schedule.peak, s.schedule.recompute_cost) == (3159944, 56)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_peak_and_cost_in_one_kernel_are_the_schedules(data):
+    from lowerset.scheduling import (_fold, _hooked_arrays, _peak_and_cost, _recompute_cost,
+                                     dropped_nodes)
+
+    g = data.draw(graphs_with_facts(min_nodes=2, max_nodes=9))
+    s = data.draw(canonical_strategies(g))
+    dropped = dropped_nodes(s)
+    arrays = _hooked_arrays(g, dropped)
+    assert _peak_and_cost(g, dropped) == (_fold(g, arrays).peak, _recompute_cost(g, arrays))
+    assert _peak_and_cost(g, dropped) == (s.schedule.peak, s.schedule.recompute_cost)
+
+
+@pytest.mark.parametrize("cap", [7, 60, 4000])
+def test_schedules_computed_ahead_on_threads_do_not_change_the_search(cap):
+    """Each move's schedule computed ahead, several at once on threads: the same result, and
+    the same number of schedules asked for, as one thread computing each when it is asked."""
+    import sys
+
+    from lowerset import _limits, refine as refine_module
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import block_graphs
+
+    g = block_graphs.build("transformer", 3)
+    starts = [ls.CanonicalStrategy(g, [set(g.labels)]), ls.baselines.chen_sqrtn(g)]
+    results = []
+    for cores in (1, 2, 3):
+        orig, _limits.cores = _limits.cores, lambda c=cores: c
+        asked = []
+        real = refine_module._Scheduler.__call__
+
+        def counting(self, seg):
+            out = real(self, seg)
+            asked.append(len(self.memo))
+            return out
+        refine_module._Scheduler.__call__ = counting
+        try:
+            for start in starts:
+                r = refine(g, start, max_evaluations=cap)
+                results.append((cores, segment_labels(r).tolist(), r.schedule.peak,
+                                r.schedule.recompute_cost, max(asked)))
+        finally:
+            _limits.cores = orig
+            refine_module._Scheduler.__call__ = real
+    one = [r[1:] for r in results if r[0] == 1]
+    for cores in (2, 3):
+        assert [r[1:] for r in results if r[0] == cores] == one
