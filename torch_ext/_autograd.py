@@ -1,12 +1,11 @@
 """Autograd nodes, named and walked without relying on ``id()`` of their Python objects.
 
 ``tensor.grad_fn`` and ``node.next_functions`` hand out Python wrappers of C++ autograd nodes.
-PyTorch makes a wrapper when one is asked for and drops it when Python holds it no more, so two
-reads of the same node may give objects with different ``id()``s, and two different nodes may
-give the same ``id()`` one after the other. Whether that happens depends on what else Python
-allocates in between (it differs between a CPU and a CUDA run of the same step). The dict
-``node.metadata`` lives with the C++ node instead, so a number kept there names the node for as
-long as it exists.
+PyTorch 2.11 makes a wrapper when one is asked for and drops it when Python holds it no more,
+so two reads of the same node may give objects with different ``id()``s, and two different
+nodes may give the same ``id()`` one after the other; 2.13 keeps one wrapper while the node
+lives. The dict ``node.metadata`` lives with the C++ node in both, so a number kept there names
+the node for as long as it exists.
 """
 
 import itertools
