@@ -364,22 +364,25 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
     """
     if measure not in MEASURES:
         raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
+    deadline = _Deadline(time_limit)
     method = dp.resolve_method(G, method, max_lower_sets, time_limit)
     with _searching("min_peak", progress, time_limit):
-        return _min_peak(G, method, measure, max_lower_sets, time_limit)
+        return _min_peak(G, method, measure, max_lower_sets, deadline)
 
 
-def _min_peak(G, method, measure, max_lower_sets, time_limit):
+def _min_peak(G, method, measure, max_lower_sets, deadline):
+    """:func:`min_peak`: `pareto`, then `solve` at the front's least peak, each given the
+    seconds of `deadline` left (one time limit for the whole call)."""
     if measure == "activations":
         check_graph(G)
         s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
-                     time_limit=time_limit)
+                     time_limit=deadline.left())
         # no budget: the one it was planned at counts activation bytes, not the step's
         return CanonicalStrategy.from_segments(G, s.segment_of_nodes(), method=s.method,
                                                mode=s.mode, planner_seconds=s.planner_seconds)
-    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
+    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
     return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
-                 time_limit=time_limit)
+                 time_limit=deadline.left())
 
 
 def _activation_view(G):
@@ -475,7 +478,7 @@ def _solve(G, budget, method, max_lower_sets, time_limit):
     deadline = _Deadline(time_limit)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:
-        return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
+        return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
     fits = [s for s in front if s.schedule.peak <= budget]
     if not fits:
         raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)

@@ -295,3 +295,29 @@ def test_threads_variable(monkeypatch):
         monkeypatch.setenv("LOWERSET_THREADS", bad)
         with pytest.raises(ls.ArgumentError, match="LOWERSET_THREADS"):
             ls.pareto(g.with_facts(g.facts), "exact")
+
+
+def test_min_peak_gives_its_solve_only_the_time_left(monkeypatch):
+    """One time limit for the whole call: min_peak's solve gets what pareto left of it."""
+    import time
+
+    from lowerset import planner
+
+    g = ls.Graph.chain(12, memory=10)
+    real_pareto, real_solve, given = planner.pareto, planner.solve, []
+
+    def slow_pareto(*args, **kwargs):
+        out = real_pareto(*args, **kwargs)
+        time.sleep(0.5)
+        return out
+
+    def spying_solve(*args, **kwargs):
+        given.append(kwargs["time_limit"])
+        return real_solve(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "pareto", slow_pareto)
+    monkeypatch.setattr(planner, "solve", spying_solve)
+    ls.min_peak(g, time_limit=30.0)
+    assert given and given[0] <= 29.5
+    with pytest.raises(ls.SearchLimitError, match="time limit of 0.3 s"):
+        ls.min_peak(g, time_limit=0.3)
