@@ -311,10 +311,13 @@ PHASES = (("candidate pool (`planner._pool`)", (("planner.py", "_pool"),)),
           ("DP passes, all callers (`dp._drive`)", (("dp.py", "_drive"),)),
           ("lower sets and their family (`dp._get_family`)", (("dp.py", "_get_family"),)),
           ("local search (`refine.refine`)", (("refine.py", "refine"),)),
-          ("  its schedules (`scheduling._hooked_arrays`, `_fold` called from refine.py)",
-           (("scheduling.py", "_hooked_arrays"), ("scheduling.py", "_fold")), "refine.py"),
-          ("schedule evaluation, all callers (`scheduling._hooked_arrays`, `_fold`)",
-           (("scheduling.py", "_hooked_arrays"), ("scheduling.py", "_fold"))))
+          ("  its schedules on the calling thread (`scheduling._peak_and_cost` called from "
+           "refine.py; the ones computed ahead run on the pool's threads, which cProfile does "
+           "not see)", (("scheduling.py", "_peak_and_cost"),), "refine.py"),
+          ("schedule evaluation, all callers, calling thread (`scheduling._hooked_arrays`, "
+           "`_fold`, `_peak_and_cost`)",
+           (("scheduling.py", "_hooked_arrays"), ("scheduling.py", "_fold"),
+            ("scheduling.py", "_peak_and_cost"))))
 #: Own time by module.
 MODULES = (("_kernels.py", "DP kernels (_kernels.py)"), ("dp.py", "dp.py"),
            ("lowersets.py", "lowersets.py"), ("planner.py", "planner.py"),
