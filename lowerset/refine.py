@@ -39,6 +39,7 @@ References
 """
 
 import concurrent.futures
+import contextlib
 import itertools
 
 import numpy as np
@@ -252,7 +253,7 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     key = _objective(budget)
     workers = _limits.cores()
     with (concurrent.futures.ThreadPoolExecutor(workers) if workers > 1
-          else _no_pool()) as pool:
+          else contextlib.nullcontext()) as pool:   # one core: no pool, schedules when asked
         run = _Scheduler(graph, pool)
         seg = segment_labels(strategy)
         best = key(*run(seg))
@@ -274,16 +275,6 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
         return strategy
     return strategy_of_labels(graph, seg, method=strategy.method, mode=strategy.mode,
                               budget=strategy.budget)
-
-
-class _no_pool:
-    """Stands in for a thread pool on one core: the schedules are computed when asked for."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _in_chunks(moves, run):
