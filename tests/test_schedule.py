@@ -158,20 +158,30 @@ class TestHandComputed:
         assert _kinds(s)[:5] == [("forward", 0), ("forward", 1), ("forward", 2), ("drop", 0),
                                  ("free_value", 1)]
 
-    def test_edges_without_arrays_keep_nothing(self):
+    def test_edges_without_arrays_keep_the_boundary(self):
         # 0 -> 1 -> 2 -> 4 <- 3, and 3 runs after 1 without reading it (NodeFacts.after)
-        def node(args, after=()):
+        def node(args, after=(), reads_outputs=()):
             return dict(outputs=(10,), args=args, grad_args=(True,) * len(args),
                         output_views=(-1,), grad_views=(-1,) * len(args),
-                        plain_free_after=(-1,), after=after)
-        g = _graph([node(()), node(((0, 0),)), node(((1, 0),)), node((), after=(1,)),
-                    node(((2, 0), (3, 0)))], returned=((4, 0),))
-        assert (1, 3) in g.edges
-        s = ls.CanonicalStrategy(g, [{0, 1, 2}, {0, 1, 2, 3, 4}])
-        # 1 is on the graph's boundary of {0, 1, 2} (its successor 3 lies outside) but no
-        # later segment reads it: it is dropped, and only 2 (read by 4) is kept
-        assert 1 in s.cached[0]
-        assert dropped_nodes(s).nonzero()[0].tolist() == [0, 1]
+                        plain_free_after=(-1,), after=after, reads_outputs=reads_outputs)
+        for reads in ((), (0,)):
+            g = _graph([node(()), node(((0, 0),), reads_outputs=reads), node(((1, 0),)),
+                        node((), after=(1,)), node(((2, 0), (3, 0)))], returned=((4, 0),))
+            assert (1, 3) in g.edges
+            s = ls.CanonicalStrategy(g, [{0, 1, 2}, {0, 1, 2, 3, 4}])
+            # 1 is on the graph's boundary of {0, 1, 2} (its successor 3 lies outside): eq.
+            # (1) counts it as kept (its overhead: 0 and the last segment, 3 and 4), and so
+            # does the schedule; only 0 is dropped
+            assert 1 in s.cached[0] and s.overhead == 3
+            assert dropped_nodes(s).nonzero()[0].tolist() == [0]
+            sched = ls.schedule(s)
+            assert sched.recompute_cost == 0
+            kinds = _kinds(sched)
+            i_fw2, i_bw1 = kinds.index(("forward", 2)), kinds.index(("backward", 1))
+            if reads:  # its backward reads it: held until then, not recomputed
+                assert kinds.index(("free_value", 1)) > i_bw1
+            else:  # nothing reads it again: freed after its last read, as in the plain step
+                assert kinds.index(("free_value", 1)) == i_fw2 + 1
         with pytest.raises(ls.GraphError, match="runs after"):
             _graph([node(()), node((), after=(0,))], returned=((1, 0),)).facts.check(
                 ls.Graph([0, 1], [], {0: 1, 1: 1}, {0: 10, 1: 10}))
