@@ -374,9 +374,73 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 
 @njit(cache=True, nogil=True)
-def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, size, class_start,
-              tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend,
-              key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a, scratch_e):
+def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
+                    bnd_m, bptr, bidx, extra, cost, memory, lb):
+    """Fill ``lb[b]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
+    `work_budget` units of work: a lower bound on the overhead (eq. 1, cost units) that any
+    canonical strategy within eq. (2) budget `budget` adds after lower set ``b`` on its way to V,
+    or INF when none can go on from ``b``.
+
+    It is the time-centric DP of :func:`dp_fronts` run backwards with the cached bytes relaxed
+    to their least value: a state at ``b`` caches at least ``M(∂(L_b))`` (``bnd_m[b]``; every
+    node of ∂(L_b) is kept), so a transition ``b -> c`` is allowed when ``bnd_m[b] + need <=
+    budget``, and ``lb[b] = min over such c of dt(b, c) + lb[c]``. A state (t, m) at ``b`` with
+    ``t + lb[b]`` above an overhead cap reaches V only above that cap (A* pruning).
+
+    Parameters
+    ----------
+    lo, hi : int
+        Range of sets; the sets ``>= hi`` must be finished (``lb[s - 1] = 0``, V).
+    work_budget : int
+        The call returns after the first set that brings its work (candidate sets scanned plus
+        boundary entries read) to this many units.
+    budget : int64
+        B in bytes.
+    sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory
+        As in :func:`dp_fronts`.
+    lb : ndarray of int64, shape (s,)
+        Output.
+
+    Returns
+    -------
+    b_next : int
+        One past the last set not done (`lo` when the range is done).
+    work : int
+        Work units done.
+    """
+    s = sets.shape[0]
+    n_words = sets.shape[1]
+    work = 0
+    b = hi - 1
+    while b >= lo and work < work_budget:
+        best = INF
+        # allowed when 2 M(L_c ∖ L_b) + extra[c] + bnd_m[b] <= budget
+        room = budget - bnd_m[b] + 2 * tot_m[b]
+        work += s - b
+        for c in range(b + 1, s):
+            if class_start[c] <= b or lb[c] >= INF or 2 * tot_m[c] + extra[c] > room:
+                continue
+            # dt >= T(L_c ∖ L_b) - T(∂(L_c)): a set that cannot improve is skipped before the
+            # subset test
+            if lb[c] + tot_t[c] - tot_t[b] - bnd_t[c] >= best:
+                continue
+            if not _is_strict_subset(sets, b, c, n_words):
+                continue
+            work += bptr[b + 1] - bptr[b]
+            dt, _, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra,
+                                  cost, memory)
+            if dt + lb[c] < best:
+                best = dt + lb[c]
+        lb[b] = best
+        b -= 1
+    return b + 1, work
+
+
+@njit(cache=True, nogil=True)
+def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets, size,
+              class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
+              fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a,
+              scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -403,6 +467,11 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
     tcap : int64
         States with overhead above `tcap` are dropped. Overhead never decreases along a
         sequence, so a time-centric optimum <= `tcap` is still found exactly.
+    lb : ndarray of int64, shape (s,)
+        Time-centric: a state at set ``b`` is dropped when its overhead passes ``tcap - lb[b]``
+        (:func:`remaining_bound`; zeros drop nothing more). Since ``lb[a] <= dt + lb[b]`` for
+        every transition a -> b a state can take, the states kept, their fronts and the
+        front of V (``lb = 0``) are those of the DP without `lb`, cut at the same cap.
     sets : ndarray of uint64, shape (s, W)
         The family, sorted by size; set 0 is the empty set.
     size : ndarray of int64, shape (s,)
@@ -435,7 +504,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
     pairs : int
         Number of transitions a ⊊ b evaluated.
     capped : int
-        Number of feasible states dropped because their overhead exceeded `tcap`.
+        Number of feasible states dropped because their overhead exceeded `tcap` (or
+        ``tcap - lb[b]``).
     b_next : int
         The first target set not processed (`hi` when the range is done).
     work : int
@@ -459,7 +529,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
         room = budget - 2 * tot_m[b] - extra[b]
         # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
         # entry (a set skipped this way counts as capped: the deepening goes on)
-        room_t = INF if maximize else tcap - tot_t[b] + bnd_t[b]
+        cap_b = tcap if maximize else tcap - lb[b]
+        room_t = INF if maximize else cap_b - tot_t[b] + bnd_t[b]
         for a in range(class_start[b]):
             if key_m[a] > room:
                 continue
@@ -473,12 +544,12 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, sets, si
                                       extra, cost, memory)
             cap = budget - need
             # Cached bytes decrease along a front (see the sweeps below), so the entries with
-            # m <= cap are a suffix; in time-centric fronts t increases, so t2 > tcap ends it.
+            # m <= cap are a suffix; in time-centric fronts t increases, so t2 > cap_b ends it.
             e0 = _first_at_most(fm, fstart[a], fend[a], cap)
             work += fend[a] - e0
             for e in range(e0, fend[a]):
                 t2 = ft[e] + dt
-                if t2 > tcap:
+                if t2 > cap_b:
                     capped += 1
                     if maximize:
                         continue

@@ -203,7 +203,26 @@ def _new_fronts(fam):
             np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
 
 
-def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
+def _remaining_bound(fam, G, budget, deadline):
+    """:func:`_kernels.remaining_bound` over the whole family at eq. (2) budget `budget`:
+    int64 per set (shape (s,)), a lower bound on the overhead a strategy adds after it."""
+    s = fam.sets.shape[0]
+    lb = np.zeros(s, dtype=np.int64)
+    hi = s - 1   # lb[s - 1] = 0: V
+    chunk = _limits.Chunker(initial=200_000)
+    while hi > 0:
+        hi, work = _kernels.remaining_bound(
+            0, hi, chunk.start(), np.int64(budget), fam.sets, fam.class_start, fam.tot_t,
+            fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
+            G.memory, lb)
+        chunk.done(work)
+        if hi > 0:
+            deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
+                           f"{s} lower sets done)")
+    return lb
+
+
+def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
     fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
     T = G.total_cost()
     _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
@@ -213,12 +232,13 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap):
     scratch_e = np.zeros(T + 1, dtype=np.int64)
     st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0}
     s = fam.sets.shape[0]
+    lb = np.zeros(s, dtype=np.int64) if lb is None else lb
 
     def step(lo, work_budget, max_entries):
         (st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], _, capped, b, work,
          status) = _kernels.dp_fronts(
-            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), fam.sets,
-            fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
+            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb,
+            fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
             fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], keys[1],
             st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
         st["capped"] += capped
@@ -450,12 +470,18 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
                      planner_seconds=deadline.elapsed())
 
 
-def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=None):
+def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=None,
+                 whole_front=False):
     """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
     reached; returns the arrays (fstart, fend, ft, fpa, fpe) of :func:`_kernels.dp_fronts`.
     Time-centric: the iterative deepening on the overhead cap starts at `start` (cost units;
     default :data:`_FIRST_TCAP`), grows 4x a pass and stops at `overhead_bound` (a pass capped
-    there reaches V)."""
+    there reaches V); states that cannot reach V within the cap are dropped as they appear
+    (:func:`_kernels.remaining_bound`). With `whole_front` the caps are those alone, so the
+    front of V holds the states up to the same cap whatever the bound. Without it only the
+    optimum is wanted: the deepening starts no lower than the bound of the empty set, ``lb0``
+    (no sequence recomputes less), and grows the cap's excess over ``lb0`` 4x a pass (the
+    optimum and its lower sets do not depend on the caps)."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -467,15 +493,19 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
     tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
+    # time-centric: states that cannot reach V within the cap are dropped early (A*)
+    lb = None if maximize else _remaining_bound(fam, G, dp_budget, deadline)
+    base = 0 if lb is None or whole_front else min(cap_max, int(lb[0]))
+    tcap = max(tcap, base)
     while True:
         fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
-                                                               deadline, tcap)
+                                                               deadline, tcap, lb)
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
         if tcap >= cap_max:  # the bound was not reached after all: deepen to T
             cap_max = T
-        tcap = min(cap_max, 4 * tcap)
+        tcap = min(cap_max, base + 4 * max(_FIRST_TCAP, tcap - base))
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
@@ -521,7 +551,8 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, False, deadline,
-                                              overhead_bound, start=2 * int(overhead_floor))
+                                              overhead_bound, start=2 * int(overhead_floor),
+                                              whole_front=True)
     last = fam.sets.shape[0] - 1
     return [_strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode="time", budget=budget,
                       planner_seconds=deadline.elapsed())

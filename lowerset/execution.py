@@ -90,7 +90,9 @@ class NodeFacts:
         Node ids that run before this node without passing it an array: edges of G that carry
         nothing (PyTorch's trace orders an operation with no argument from the graph after the
         one dispatched before it, so that it does not float free among the lower sets). They
-        restrict the lower sets; liveness analysis and recomputation follow the arguments only.
+        restrict the lower sets and make boundaries as any edge of G does (a plan keeps a node
+        whose successor lies in a later segment, as eq. (1) counts it); liveness analysis and
+        recomputation follow the arguments only.
     grad_sizes : tuple of int
         Per argument: the bytes the backward allocates for the argument's gradient where it
         is not a view of an output gradient (``grad_views``), when that differs from the

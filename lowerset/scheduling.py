@@ -259,9 +259,11 @@ def dropped_of_labels(g, seg):
     """:func:`dropped_nodes` of the lower-set sequence whose segment labels are `seg` (int64,
     shape (n,), monotone along every edge, no empty segment).
 
-    A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor lies in a
-    later segment (then it is on ∂(L_i) itself). Successors here are the consumers of its
-    outputs: an edge that carries no array (``NodeFacts.after``) keeps nothing."""
+    A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor in G lies in
+    a later segment (then it is on ∂(L_i) itself), an edge that carries no array
+    (``NodeFacts.after``) included: the schedule keeps what eq. (1) counts as kept, so that it
+    recomputes at most the strategy's eq. (1) overhead. A kept value that no later function
+    reads costs no memory past its last read (liveness analysis frees it there)."""
     src, dst, droppable, tie = _drop_rule(g)
     boundary = np.zeros(g.n, dtype=bool)
     boundary[src[seg[dst] > seg[src]]] = True
@@ -274,21 +276,20 @@ def dropped_of_labels(g, seg):
 
 
 def _drop_rule(g):
-    """(sources and targets of the edges that carry an array, nodes that may be dropped,
-    in-place groups) of `g`, computed once. The groups are an int64 root id per node (None when nothing is in place):
-    an in-place function (``NodeFacts.inplace``) and the producer of the array it overwrites
-    share one."""
+    """(sources and targets of G's edges, nodes that may be dropped, in-place groups) of `g`,
+    computed once. A node may be dropped when some function reads its outputs (an edge that
+    carries an array) and it is neither pinned nor returned. The groups are an int64 root id
+    per node (None when nothing is in place): an in-place function (``NodeFacts.inplace``) and
+    the producer of the array it overwrites share one."""
     cached = g.__dict__.get("_drop_rule")
     if cached is None:
-        pairs = sorted({(s, w) for w, nf in enumerate(g.facts.nodes) for s, _ in nf.args
-                        if s >= 0})
-        src = np.array([s for s, _ in pairs], dtype=np.int64)
-        dst = np.array([w for _, w in pairs], dtype=np.int64)
+        src = np.repeat(np.arange(g.n, dtype=np.int64), np.diff(g.succ_ptr))
+        dst = np.asarray(g.succ_idx, dtype=np.int64)
         keep = pinned_nodes(g)
         for v, _ in g.facts.returned:
             keep[v] = True
         consumed = np.zeros(g.n, dtype=bool)
-        consumed[src] = True
+        consumed[[s for nf in g.facts.nodes for s, _ in nf.args if s >= 0]] = True
         droppable = ~keep & consumed
         cached = g.__dict__["_drop_rule"] = (src, dst, droppable, _inplace_groups(g.facts))
     return cached

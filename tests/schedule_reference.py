@@ -36,8 +36,8 @@ def _dropped(strategy):
     for i, m in enumerate(strategy._segment_masks):
         for v in np.flatnonzero(m):
             seg[int(v)] = i
-    for w, nf in enumerate(F.nodes):  # a value read in a later segment is on a boundary
-        for s, _ in nf.args:
+    for w, nf in enumerate(F.nodes):  # a node with a successor in a later segment is on a
+        for s in [s for s, _ in nf.args] + list(nf.after):  # boundary (an `after` edge too)
             if s >= 0 and seg[w] > seg[s]:
                 keep[s] = True
     for v, _ in F.returned:

@@ -822,3 +822,40 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
         s = ls.dp.solve(g.with_facts(g.facts), budget, mode="time", overhead_bound=feasible,
                         overhead_guess=guess)
         assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), guess
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
+def test_remaining_bound_is_a_lower_bound_and_prunes_no_plan(g, data):
+    """``_kernels.remaining_bound`` (the A* bound of the time-centric DP) is at most the overhead
+    that every sequence within the budget adds after each of its lower sets (exhaustive
+    search), and the DP passes that use it keep exactly the states of the passes without it,
+    cut at ``tcap - lb[b]``: the same front of V at every cap."""
+    seqs = all_sequences(g)
+    B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
+    never = ls.dp._limits.NO_DEADLINE
+    fam = ls.dp._get_family(g, "exact", ls.dp.DEFAULT_MAX_LOWER_SETS, never)
+    lb = ls.dp._remaining_bound(fam, g, B, never)
+    index = {L: i for i, L in enumerate(ls.lowersets._to_frozensets(g, fam.sets))}
+    _, steps = _naive_model(g)
+    for _, peak, seq in seqs:
+        if peak > B:
+            continue
+        prev, dts = frozenset(), []
+        for L in seq:
+            dts.append(steps[prev, L][0])
+            prev = L
+        after = [sum(dts[i + 1:]) for i in range(len(seq))]
+        assert lb[0] <= sum(dts)
+        for L, rest in zip(seq, after):
+            assert lb[index[L]] <= rest, (sorted(L), rest)
+    last = fam.sets.shape[0] - 1
+    T = g.total_cost()
+    for tcap in sorted({0, 1, int(lb[0]), T // 2, T}):
+        plain = ls.dp._run_front_dp(g, fam, B, False, never, tcap)
+        cut = ls.dp._run_front_dp(g, fam, B, False, never, tcap, lb)
+        for b in range(1, fam.sets.shape[0]):   # set 0 (∅) holds the root entry in both
+            keep = [(int(plain[2][e]), int(plain[3][e])) for e in range(plain[0][b], plain[1][b])
+                    if plain[2][e] <= tcap - lb[b]]
+            assert keep == [(int(cut[2][e]), int(cut[3][e])) for e in range(cut[0][b], cut[1][b])]
+        assert cut[1][last] - cut[0][last] == plain[1][last] - plain[0][last]

@@ -6,10 +6,10 @@ Variables (n nodes, k_q candidates at backward step q, s slots: outputs and stat
 - a segment label ``s_v`` in 0..n-1 per node (integer; ``s_u <= s_w`` along every edge): the
   lower-set sequence ``L_i = {v : s_v <= i}``; a *drop* column ``d_v`` per node that may be
   dropped (:func:`lowerset.dropped_nodes`: not pinned, no returned output, a consumer, i.e. a
-  node that reads one of its outputs): ``d_v = 1`` exactly when every consumer of v has v's
-  label and some node has a larger one (v is in no boundary ``∂(L_i)`` and not in the last
-  segment), with binaries ``g_vw`` (consumer w's label is larger) and ``top_v`` (v is in the
-  last segment) for the converse; an in-place function and the array it overwrites are dropped
+  node that reads one of its outputs): ``d_v = 1`` exactly when every successor of v in G
+  (an edge that carries no array included) has v's label and some node has a larger one (v is
+  in no boundary ``∂(L_i)`` and not in the last segment), with binaries ``g_vw`` (successor
+  w's label is larger) and ``top_v`` (v is in the last segment) for the converse; an in-place function and the array it overwrites are dropped
   together or kept;
 - a recomputation column ``r_vq`` for each node v that backward step q may recompute (v is
   needed by the backward of ``bwd[q]``, directly or through dropped inputs of such a node):
@@ -52,12 +52,15 @@ class CanonicalModel:
     def __init__(self, g, coarse="auto"):
         self.g = g
         f = self.f = flat_facts(g)
-        src, dst, droppable, tie = _drop_rule(g)
+        _, _, droppable, tie = _drop_rule(g)
         self.droppable = droppable
         # the consumers of each node's outputs (edges that carry an array)
-        self.consumers = [[] for _ in range(g.n)]
-        for u, w in zip(src.tolist(), dst.tolist()):
-            self.consumers[u].append(w)
+        consumers = [set() for _ in range(g.n)]
+        for w, nf in enumerate(g.facts.nodes):
+            for u, _ in nf.args:
+                if u >= 0:
+                    consumers[u].add(w)
+        self.consumers = [sorted(c) for c in consumers]
         self.milp = m = Milp()
         self.cands = [self._candidates(q) for q in range(f.bwd.shape[0])]
         self.coarse = is_coarse(coarse, g, sum(len(c) for c in self.cands))
@@ -112,7 +115,7 @@ class CanonicalModel:
         for v in np.flatnonzero(self.droppable).tolist():
             d = raw[v] = m.binary()
             s = self.label[v]
-            succs = self.consumers[v]
+            succs = g.succs(v).tolist()  # dropped: no successor in G in a later segment
             m.row([(s, 1), (d, 1)], ub=K - 1)
             either = [(d, 1)]
             for w in succs:
