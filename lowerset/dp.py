@@ -230,7 +230,7 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
     scratch_m = np.full(T + 1, _kernels.INF, dtype=np.int64)
     scratch_a = np.zeros(T + 1, dtype=np.int64)
     scratch_e = np.zeros(T + 1, dtype=np.int64)
-    st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0}
+    st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0, "work": 0}
     s = fam.sets.shape[0]
     lb = np.zeros(s, dtype=np.int64) if lb is None else lb
 
@@ -242,11 +242,12 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
             fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], keys[1],
             st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
         st["capped"] += capped
+        st["work"] += work
         return b, work, status, st["used"]
 
     mode = "memory-centric" if maximize else "time-centric"
     _drive(fam, deadline, step, f"in the {mode} DP at budget {budget}", _EntryCap(ft.shape[0]))
-    return fstart, fend, st["ft"], st["fm"], st["fpa"], st["fpe"], st["capped"]
+    return fstart, fend, st["ft"], st["fm"], st["fpa"], st["fpe"], st["capped"], st["work"]
 
 
 def _min_budget_search(G, fam, upper, deadline):
@@ -461,7 +462,7 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     maximize = mode == "memory"
-    fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, maximize, deadline,
+    fstart, fend, ft, fpa, fpe = _final_front(G, fam, method, budget, maximize, deadline,
                                               overhead_bound, start=overhead_guess)
     last = fam.sets.shape[0] - 1
     ts = ft[fstart[last]:fend[last]]
@@ -470,18 +471,21 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
                      planner_seconds=deadline.elapsed())
 
 
-def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=None,
+def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None, start=None,
                  whole_front=False):
     """Run the DP of Sec. 4.2 at eq. (2) budget `budget` (feasible) until the front of V is
     reached; returns the arrays (fstart, fend, ft, fpa, fpe) of :func:`_kernels.dp_fronts`.
     Time-centric: the iterative deepening on the overhead cap starts at `start` (cost units;
     default :data:`_FIRST_TCAP`), grows 4x a pass and stops at `overhead_bound` (a pass capped
     there reaches V); states that cannot reach V within the cap are dropped as they appear
-    (:func:`_kernels.remaining_bound`). With `whole_front` the caps are those alone, so the
-    front of V holds the states up to the same cap whatever the bound. Without it only the
-    optimum is wanted: the deepening starts no lower than the bound of the empty set, ``lb0``
-    (no sequence recomputes less), and grows the cap's excess over ``lb0`` 4x a pass (the
-    optimum and its lower sets do not depend on the caps)."""
+    (:func:`_kernels.remaining_bound`). The bound costs a scan over all pairs of sets, about
+    what one pass's scan costs, so it is computed only on a family (`method`) where some pass
+    has read more front entries than its scan: there it cuts the fronts, elsewhere the scan's
+    own keys already do. With `whole_front` the caps are those alone, so the front of V holds
+    the states up to the same cap whatever the bound. Without it only the optimum is wanted:
+    once the bound is known the cap is at least the bound of the empty set, ``lb0`` (no
+    sequence recomputes less), and its excess over ``lb0`` grows 4x a pass (the optimum and
+    its lower sets do not depend on the caps)."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -493,13 +497,19 @@ def _final_front(G, fam, budget, maximize, deadline, overhead_bound=None, start=
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
     tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
-    # time-centric: states that cannot reach V within the cap are dropped early (A*)
-    lb = None if maximize else _remaining_bound(fam, G, dp_budget, deadline)
-    base = 0 if lb is None or whole_front else min(cap_max, int(lb[0]))
-    tcap = max(tcap, base)
+    pays, cache = ("remaining bound pays", method), _cache(G)
+    scan = int(fam.class_start.sum())
+    lb, base = None, 0
     while True:
-        fstart, fend, ft, fm, fpa, fpe, capped = _run_front_dp(G, fam, dp_budget, maximize,
-                                                               deadline, tcap, lb)
+        if lb is None and not maximize and cache.get(pays):
+            # time-centric: states that cannot reach V within the cap are dropped early (A*)
+            lb = _remaining_bound(fam, G, dp_budget, deadline)
+            base = 0 if whole_front else min(cap_max, int(lb[0]))
+            tcap = max(tcap, base)
+        fstart, fend, ft, fm, fpa, fpe, capped, work = _run_front_dp(G, fam, dp_budget,
+                                                                     maximize, deadline, tcap, lb)
+        if work > 2 * scan:
+            cache[pays] = True
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break
@@ -550,7 +560,7 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     deadline = _limits.Deadline(check_time_limit(time_limit))
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
-    fstart, fend, ft, fpa, fpe = _final_front(G, fam, budget, False, deadline,
+    fstart, fend, ft, fpa, fpe = _final_front(G, fam, method, budget, False, deadline,
                                               overhead_bound, start=2 * int(overhead_floor),
                                               whole_front=True)
     last = fam.sets.shape[0] - 1

@@ -5,6 +5,7 @@ sequence of small random DAGs: over all of L_G for method="exact", and over the 
 approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method="approx".
 """
 
+import itertools
 import os
 import pathlib
 
@@ -811,17 +812,22 @@ class TestAuthorsGraphs:
 def test_deepening_hints_do_not_change_the_plan(g, data):
     """The time-centric DP's result does not depend on where its iterative deepening starts
     (``overhead_guess``, too low or too high) or ends (``overhead_bound``, any overhead some
-    plan within the budget reaches): the same lower sets as without them."""
+    plan within the budget reaches), nor on whether the A* bound is used (with it, the
+    deepening starts at the bound of ∅): the same lower sets as without them."""
     lo = ls.min_budget(g, "exact")
     hi = ls.dp.solve(g, 2 * g.total_memory(), mode="memory").peak_memory
     budget = data.draw(st.integers(lo, max(lo, hi)), label="budget")
     plain = ls.dp.solve(g, budget, mode="time")
     feasible = data.draw(st.integers(plain.overhead, max(plain.overhead, g.total_cost())),
                          label="bound")
-    for guess in (None, 1, max(1, plain.overhead // 3), plain.overhead, 4 * plain.overhead + 7):
-        s = ls.dp.solve(g.with_facts(g.facts), budget, mode="time", overhead_bound=feasible,
+    for guess, bound in itertools.product(
+            (None, 1, max(1, plain.overhead // 3), plain.overhead, 4 * plain.overhead + 7),
+            (False, True)):
+        fresh = g.with_facts(g.facts)
+        ls.dp._cache(fresh)[("remaining bound pays", "exact")] = bound
+        s = ls.dp.solve(fresh, budget, mode="time", overhead_bound=feasible,
                         overhead_guess=guess)
-        assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), guess
+        assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), (guess, bound)
 
 
 @settings(max_examples=examples(0.5), deadline=None)
