@@ -238,9 +238,10 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
         (st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], _, capped, b, work,
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb,
-            fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
-            fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], keys[1],
-            st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a, scratch_e)
+            fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t,
+            fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0],
+            keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a,
+            scratch_e)
         st["capped"] += capped
         st["work"] += work
         return b, work, status, st["used"]

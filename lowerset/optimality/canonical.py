@@ -9,8 +9,8 @@ Variables (n nodes, k_q candidates at backward step q, s slots: outputs and stat
   node that reads one of its outputs): ``d_v = 1`` exactly when every successor of v in G
   (an edge that carries no array included) has v's label and some node has a larger one (v is
   in no boundary ``∂(L_i)`` and not in the last segment), with binaries ``g_vw`` (successor
-  w's label is larger) and ``top_v`` (v is in the last segment) for the converse; an in-place function and the array it overwrites are dropped
-  together or kept;
+  w's label is larger) and ``top_v`` (v is in the last segment) for the converse; an
+  in-place function and the array it overwrites are dropped together or kept;
 - a recomputation column ``r_vq`` for each node v that backward step q may recompute (v is
   needed by the backward of ``bwd[q]``, directly or through dropped inputs of such a node):
   ``r_vq <= d_v``, ``sum_q r_vq <= 1``, and ``r_vq`` only where the backward of ``bwd[q]``
