@@ -18,6 +18,14 @@ are the events of a runtime cache, :func:`lowerset.baselines.dtr`, which :func:`
 too); the event arrays are ``kind``, ``node``, ``nbytes`` (int64, one entry per event) and the
 outputs of each event in CSR form (``optr``, ``oidx``, output indexes local to the node).
 
+The passes take their int64 arrays from an *arena* ``ws`` (int64, shape (k,)) from index
+``top`` on and return the index after what they took (:func:`_take`): a local search that
+schedules thousands of labellings on one thread reuses one arena instead of allocating and
+freeing some 30 arrays per schedule, which on glibc costs about as much as the passes
+themselves (the freed heap is trimmed and faulted in again). Where the arena ends, a pass
+allocates what it needs, and the index returned still counts it: a caller that keeps the
+results passes an empty arena, and one that reuses an arena grows it to that index.
+
 References: Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy; liveness analysis).
 """
 
@@ -30,9 +38,27 @@ EVENT_CODES = ("forward", "drop", "free_value", "free_state", "seed_grad", "reco
                "backward", "free_grad", "evict", "evict_state", "rematerialize")
 
 
+@njit(cache=True, inline="always")
+def _take(ws, top, size):
+    """`size` int64 entries of the arena `ws` from index `top` (a fresh array where the arena
+    ends before them; contents undefined), and the index after them."""
+    end = top + size
+    if end <= ws.shape[0]:
+        return ws[top:end], end
+    return np.empty(size, dtype=np.int64), end
+
+
+@njit(cache=True, inline="always")
+def _filled(ws, top, size, value):
+    """:func:`_take` with every entry set to `value`."""
+    a, top = _take(ws, top, size)
+    a[:] = value
+    return a, top
+
+
 @njit(cache=True)
 def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg_ptr,
-                   rarg_idx, rout_ptr):
+                   rarg_idx, rout_ptr, ws, top):
     """Pass 1: the forward, recompute and backward events of a hooked step, in order.
 
     Parameters
@@ -46,6 +72,7 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
     stoch : ndarray of bool, shape (n,)
     arg_ptr, arg_node, rarg_ptr, rarg_idx, rout_ptr : ndarray of int64
         See the module docstring (``arg_node[a]`` is the producing node or -1).
+    ws, top : the arena and its first free index (see the module docstring).
 
     Returns
     -------
@@ -53,11 +80,13 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
         FORWARD for every node in forward order; then, per node of `bwd`, the RECOMPUTE of the
         dropped values its backward needs (transitively through dropped inputs; forward order),
         then its BACKWARD. A recomputed value is never recomputed again.
+    top : int
+        The arena's first free index after the pass.
     """
     n = fwd.shape[0]
     cap = 2 * n + bwd.shape[0]
-    kind = np.empty(cap, dtype=np.int64)
-    node = np.empty(cap, dtype=np.int64)
+    kind, top = _take(ws, top, cap)
+    node, top = _take(ws, top, cap)
     c = 0
     for i in range(n):
         kind[c] = FORWARD
@@ -65,10 +94,10 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
         c += 1
     missing = dropped.copy()
     in_todo = np.zeros(n, dtype=np.bool_)
-    stack = np.empty(n + arg_node.shape[0] + 1, dtype=np.int64)
-    todo = np.empty(n, dtype=np.int64)
-    keys = np.empty(n, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
+    stack, top = _take(ws, top, n + arg_node.shape[0] + 1)
+    todo, top = _take(ws, top, n)
+    keys, top = _take(ws, top, n)
+    order, top = _take(ws, top, n)
     for j in bwd:
         ns = 0
         if missing[j] and (rout_ptr[j + 1] > rout_ptr[j] or (state[j] > 0 and not stoch[j])):
@@ -106,12 +135,12 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
         kind[c] = BACKWARD
         node[c] = j
         c += 1
-    return kind[:c], node[:c]
+    return kind[:c], node[:c], top
 
 
 @njit(cache=True)
 def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_ptr, rarg_idx,
-             rout_ptr, rout_idx, returned, held):
+             rout_ptr, rout_idx, returned, held, ws, top):
     """Pass 2: the last read of every materialization of every array.
 
     Slots ``0..n_out-1`` are outputs, ``n_out + v`` the state of node ``v``. A FORWARD or
@@ -127,16 +156,18 @@ def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_
     slot, start, last : ndarray of int64, shape (#materializations,)
         Each closed materialization: its slot, the compute event that made it and the index of
         its last read (its own index when it is never read).
+    top : int
+        The arena's first free index after the pass (`ws`, `top`: see the module docstring).
     """
     n = state.shape[0]
     n_slot = n_out + n
-    open_at = np.full(n_slot, -1, dtype=np.int64)
-    last = np.zeros(n_slot, dtype=np.int64)
-    floor = np.full(n_slot, -1, dtype=np.int64)  # the held_until of an open forward copy
+    open_at, top = _filled(ws, top, n_slot, -1)
+    last, top = _filled(ws, top, n_slot, 0)
+    floor, top = _filled(ws, top, n_slot, -1)  # the held_until of an open forward copy
     cap = 2 * n_slot + ckind.shape[0] + 1
-    r_slot = np.empty(cap, dtype=np.int64)
-    r_start = np.empty(cap, dtype=np.int64)
-    r_last = np.empty(cap, dtype=np.int64)
+    r_slot, top = _take(ws, top, cap)
+    r_start, top = _take(ws, top, cap)
+    r_last, top = _take(ws, top, cap)
     r = 0
     for e in range(ckind.shape[0]):
         k = ckind[e]
@@ -172,7 +203,7 @@ def liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out, rarg_
             r_start[r] = open_at[x]
             r_last[r] = max(last[x], floor[x])
             r += 1
-    return r_slot[:r], r_start[:r], r_last[:r]
+    return r_slot[:r], r_start[:r], r_last[:r], top
 
 
 @njit(cache=True)
@@ -193,7 +224,7 @@ def _open(x, e, open_at, last, floor, r_slot, r_start, r_last, r):
 
 @njit(cache=True)
 def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out_ptr,
-                out_node, out_bytes, state, stoch, seed, grad_out):
+                out_node, out_bytes, state, stoch, seed, grad_out, ws, top):
     """Pass 2, second half: the ordered events of a hooked step.
 
     After each compute event: the seeds' initial gradients (after the last forward), the
@@ -205,31 +236,35 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
     -------
     kind, node, nbytes, optr, oidx : ndarray of int64
         The events (see the module docstring).
+    top : int
+        The arena's first free index after the pass (`ws`, `top`: see the module docstring).
     """
     n_c = ckind.shape[0]
     n_r = r_slot.shape[0]
     cap = 2 * n_c + n_r + n_out + 2   # compute events, a FREE_GRAD per backward, frees, seeds
-    kind = np.empty(cap, dtype=np.int64)
-    node = np.empty(cap, dtype=np.int64)
-    nbytes = np.empty(cap, dtype=np.int64)
-    optr = np.zeros(cap + 1, dtype=np.int64)
-    oidx = np.empty(3 * n_out + n_r + 2, dtype=np.int64)
+    kind, top = _take(ws, top, cap)
+    node, top = _take(ws, top, cap)
+    nbytes, top = _take(ws, top, cap)
+    optr, top = _take(ws, top, cap + 1)
+    optr[0] = 0
+    oidx, top = _take(ws, top, 3 * n_out + n_r + 2)
     # bucket the closed materializations by their last read
-    cnt = np.zeros(n_c + 1, dtype=np.int64)
+    cnt, top = _filled(ws, top, n_c + 1, 0)
     for i in range(n_r):
         cnt[r_last[i] + 1] += 1
     for e in range(n_c):
         cnt[e + 1] += cnt[e]
-    fill = cnt[:-1].copy()
-    order = np.empty(n_r, dtype=np.int64)
+    fill, top = _take(ws, top, n_c)
+    fill[:] = cnt[:-1]
+    order, top = _take(ws, top, n_r)
     for i in range(n_r):
         order[fill[r_last[i]]] = i
         fill[r_last[i]] += 1
     n = state.shape[0]
     stride = n_out + 1
     # the keys of one event's closed materializations and their sorted order (reused)
-    keys = np.empty(n_r + 1, dtype=np.int64)
-    srt = np.empty(n_r + 1, dtype=np.int64)
+    keys, top = _take(ws, top, n_r + 1)
+    srt, top = _take(ws, top, n_r + 1)
     last_forward = -1
     for e in range(n_c):
         if ckind[e] == FORWARD:
@@ -320,7 +355,7 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
             nbytes[ev] = b
             ev += 1
             optr[ev] = no
-    return kind[:ev], node[:ev], nbytes[:ev], optr[:ev + 1], oidx[:no]
+    return kind[:ev], node[:ev], nbytes[:ev], optr[:ev + 1], oidx[:no], top
 
 
 @njit(cache=True, inline="always")
@@ -359,22 +394,33 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
     timeline, highs : ndarray of int64, shape (#events,)
         Bytes in use (resident included) after each event and at its highest point.
     """
-    st = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]])
-    st, timeline, highs = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
-                                   out_view, state, stoch, arg_ptr, arg_target, arg_size,
-                                   arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
-                                   sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-                                   efree_idx)
-    return timeline + resident, highs + resident
+    ws = np.empty(0, dtype=np.int64)
+    st, _ = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]], ws, 0)
+    st, timeline, highs, _ = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
+                                      out_view, state, stoch, arg_ptr, arg_target, arg_size,
+                                      arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                      sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
+                                      efree_idx, ws, 0)
+    timeline += resident
+    highs += resident
+    return timeline, highs
+
+
+@njit(cache=True, inline="always")
+def _fold_cap(n_out, n, n_args, n_ext):
+    """The buffer table's first capacity (entries); :func:`fold_run` doubles it where it
+    fills up."""
+    return 4 * n_out + 2 * n + 2 * n_args + n_ext + 8
 
 
 @njit(cache=True)
-def fold_start(n_out, n_targets, n, n_args):
-    """The state of a fold before the first event: no buffer in use.
+def fold_start(n_out, n_targets, n, n_args, ws, top):
+    """The state of a fold before the first event: no buffer in use (its arrays from the
+    arena `ws` at `top`, see the module docstring).
 
     Returns
     -------
-    tuple of 9 ndarray of int64
+    st : tuple of 9 ndarray of int64
         ``(bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf)``: per buffer its bytes and
         references (shape (capacity,)); the buffer of each output (shape (n_out,)) and state
         (shape (n,)), -1 when not held, -2 for a view of an external array; the pending
@@ -382,14 +428,21 @@ def fold_start(n_out, n_targets, n, n_args):
         (shape (n_out,)); the argument gradients of one backward (shape (max(1, n_args),));
         ``scal = [bytes in use, buffers made]`` (shape (2,)); the buffer of each external
         array made in the step, -1 when not held (shape (n_targets - n_out,)).
+    top : int
+        The arena's first free index after them.
     """
     n_ext = n_targets - n_out
-    cap = 4 * n_out + 2 * n + 2 * n_args + n_ext + 8
-    return (np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64),
-            np.full(n_out, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-            np.full(n_targets, -1, dtype=np.int64), np.full(n_out, -1, dtype=np.int64),
-            np.empty(max(1, n_args), dtype=np.int64), np.zeros(2, dtype=np.int64),
-            np.full(n_ext, -1, dtype=np.int64))
+    cap = _fold_cap(n_out, n, n_args, n_ext)
+    bsize, top = _filled(ws, top, cap, 0)
+    brefs, top = _filled(ws, top, cap, 0)
+    val, top = _filled(ws, top, n_out, -1)
+    sbuf, top = _filled(ws, top, n, -1)
+    pend, top = _filled(ws, top, n_targets, -1)
+    gy, top = _filled(ws, top, n_out, -1)
+    gx, top = _take(ws, top, max(1, n_args))
+    scal, top = _filled(ws, top, 2, 0)
+    ebuf, top = _filled(ws, top, n_ext, -1)
+    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), top
 
 
 @njit(cache=True)
@@ -440,18 +493,20 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
         included).
     """
     n = kind.shape[0]
-    st, timeline, highs = fold_run(st, kind[:n - 1], node, nbytes, optr, oidx, out_ptr,
-                                   out_bytes, out_view, state, stoch, arg_ptr, arg_target,
-                                   arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
-                                   bpeak, sum_inplace, ext_bytes, made_ptr, made_idx,
-                                   efree_ptr, efree_idx)
+    ws = np.empty(0, dtype=np.int64)
+    st, timeline, highs, _ = fold_run(st, kind[:n - 1], node, nbytes, optr, oidx, out_ptr,
+                                      out_bytes, out_view, state, stoch, arg_ptr, arg_target,
+                                      arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
+                                      bpeak, sum_inplace, ext_bytes, made_ptr, made_idx,
+                                      efree_ptr, efree_idx, ws, 0)
     copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
             st[5].copy(), st[6].copy(), st[7].copy(), st[8].copy())
-    copy, last, last_high = fold_run(copy, kind[n - 1:], node[n - 1:], nbytes[n - 1:],
-                                     optr[n - 1:], oidx, out_ptr, out_bytes, out_view, state,
-                                     stoch, arg_ptr, arg_target, arg_size, arg_gsize, arg_grad,
-                                     arg_gview, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
-                                     made_ptr, made_idx, efree_ptr, efree_idx)
+    copy, last, last_high, _ = fold_run(copy, kind[n - 1:], node[n - 1:], nbytes[n - 1:],
+                                        optr[n - 1:], oidx, out_ptr, out_bytes, out_view, state,
+                                        stoch, arg_ptr, arg_target, arg_size, arg_gsize,
+                                        arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                        sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
+                                        efree_idx, ws, 0)
     high = highs.max() if n > 1 else -1
     return st, last_high[0] - st[7][0], high
 
@@ -459,7 +514,7 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
 @njit(cache=True)
 def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
              arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
-             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx):
+             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, ws, top):
     """The memory fold of events from state `st` (:func:`fold_start`); the one statement of
     how events use memory, for :func:`fold` and for a runtime that builds its events one by
     one (:func:`lowerset.baselines.dtr`).
@@ -490,6 +545,9 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
         The state after the events (its buffer table grown where it filled up).
     timeline, highs : ndarray of int64, shape (#events,)
         Bytes in use after each event and at its highest point (resident bytes not included).
+    top : int
+        The arena's first free index after `timeline` and `highs` (`ws`, `top`: see the module
+        docstring).
     """
     n_ev = kind.shape[0]
     n = state.shape[0]
@@ -498,8 +556,8 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     used = scal[0]
     nb = scal[1]
     cap = bsize.shape[0]
-    timeline = np.empty(n_ev, dtype=np.int64)
-    highs = np.empty(n_ev, dtype=np.int64)
+    timeline, top = _take(ws, top, n_ev)
+    highs, top = _take(ws, top, n_ev)
     for i in range(n_ev):
         if nb + 2 * (arg_ptr[n] + n_out) + ebuf.shape[0] + 8 > cap:  # grow the buffer table
             cap *= 2
@@ -596,7 +654,7 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
         highs[i] = used + extra
     scal[0] = used
     scal[1] = nb
-    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline, highs
+    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline, highs, top
 
 
 @njit(cache=True, inline="always")
@@ -689,32 +747,40 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                   rout_ptr, rout_idx, n_out, n_targets, resident, out_ptr, out_node, out_bytes,
                   out_view, arg_out, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
                   returned, held, seed, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
-                  made_ptr, made_idx, efree_ptr, efree_idx, cost):
+                  made_ptr, made_idx, efree_ptr, efree_idx, cost, ws):
     """The peak (bytes, resident included) and the recomputation cost (cost units) of the
     schedule that drops `dropped`: the three passes and the fold, in one call that releases
-    the GIL (a local search evaluates moves on several threads).
+    the GIL (a local search evaluates moves on several threads), its arrays from the arena
+    `ws` (see the module docstring).
 
     Returns
     -------
     peak, recompute_cost : int
+    top : int
+        The arena entries the call used (more than ``ws.shape[0]`` where it had to allocate).
     """
-    ckind, cnode = compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node,
-                                  rarg_ptr, rarg_idx, rout_ptr)
-    slot, start, last = liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr, arg_out,
-                                 rarg_ptr, rarg_idx, rout_ptr, rout_idx, returned, held)
-    kind, node, nbytes, optr, oidx = emit_events(ckind, cnode, slot, start, last, dropped,
-                                                 n_out, fpos, out_ptr, out_node, out_bytes,
-                                                 state, stoch, seed, grad_out)
-    timeline, highs = fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr,
-                           out_bytes, out_view, state, stoch, arg_ptr, arg_target, arg_size,
-                           arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak, sum_inplace,
-                           ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx)
-    peak = resident
+    ckind, cnode, top = compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr,
+                                       arg_node, rarg_ptr, rarg_idx, rout_ptr, ws, 0)
+    slot, start, last, top = liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr,
+                                      arg_out, rarg_ptr, rarg_idx, rout_ptr, rout_idx, returned,
+                                      held, ws, top)
+    kind, node, nbytes, optr, oidx, top = emit_events(ckind, cnode, slot, start, last, dropped,
+                                                      n_out, fpos, out_ptr, out_node,
+                                                      out_bytes, state, stoch, seed, grad_out,
+                                                      ws, top)
+    st, top = fold_start(n_out, n_targets, fwd.shape[0], arg_ptr[fwd.shape[0]], ws, top)
+    st, timeline, highs, top = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
+                                        out_view, state, stoch, arg_ptr, arg_target, arg_size,
+                                        arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
+                                        sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
+                                        efree_idx, ws, top)
+    high = 0
     for i in range(highs.shape[0]):
-        if highs[i] > peak:
-            peak = highs[i]
+        if highs[i] > high:
+            high = highs[i]
+    peak = resident + high
     total = 0
     for i in range(kind.shape[0]):
         if kind[i] == RECOMPUTE or kind[i] == REMATERIALIZE:
             total += cost[node[i]]
-    return peak, total
+    return peak, total, top

@@ -48,6 +48,7 @@ References
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cached_property
+import threading
 
 import numpy as np
 
@@ -434,13 +435,35 @@ def _flatten(g):
 
 def _hooked_arrays(g, dropped):
     f = flat_facts(g)
-    ckind, cnode = _k.compute_events(dropped, f.fwd, f.fpos, f.bwd, f.state, f.stoch, f.arg_ptr,
-                                     f.arg_node, f.rarg_ptr, f.rarg_idx, f.rout_ptr)
-    slot, start, last = _k.liveness(ckind, cnode, f.n_out, f.state, f.stoch, f.out_ptr,
-                                    f.arg_ptr, f.arg_out, f.rarg_ptr, f.rarg_idx, f.rout_ptr,
-                                    f.rout_idx, f.returned, f.held)
+    ws = _no_arena()   # the arrays returned are kept: none from a shared arena
+    ckind, cnode, _ = _k.compute_events(dropped, f.fwd, f.fpos, f.bwd, f.state, f.stoch,
+                                        f.arg_ptr, f.arg_node, f.rarg_ptr, f.rarg_idx,
+                                        f.rout_ptr, ws, 0)
+    slot, start, last, _ = _k.liveness(ckind, cnode, f.n_out, f.state, f.stoch, f.out_ptr,
+                                       f.arg_ptr, f.arg_out, f.rarg_ptr, f.rarg_idx, f.rout_ptr,
+                                       f.rout_idx, f.returned, f.held, ws, 0)
     return _k.emit_events(ckind, cnode, slot, start, last, dropped, f.n_out, f.fpos, f.out_ptr,
-                          f.out_node, f.out_bytes, f.state, f.stoch, f.seed, f.grad_out)
+                          f.out_node, f.out_bytes, f.state, f.stoch, f.seed, f.grad_out, ws,
+                          0)[:5]
+
+
+def _no_arena():
+    """An empty arena: the schedule kernels allocate every array they return."""
+    return np.empty(0, dtype=np.int64)
+
+
+_ARENAS = threading.local()
+
+
+def _arena(top):
+    """This thread's arena for :func:`_peak_and_cost`, at least `top` entries long (the
+    kernels' arrays live in it between calls; see :mod:`lowerset._schedule_kernels`). It
+    holds about 70 int64 per node of the largest graph the thread has scheduled (1.4 MB at
+    2,500 nodes) and lives as long as the thread."""
+    ws = getattr(_ARENAS, "ws", None)
+    if ws is None or ws.shape[0] < top:
+        ws = _ARENAS.ws = np.empty(top + top // 4, dtype=np.int64)
+    return ws
 
 
 def _peak_and_cost(g, dropped):
@@ -448,13 +471,16 @@ def _peak_and_cost(g, dropped):
     of ``_fold(g, _hooked_arrays(g, dropped))`` and :func:`_recompute_cost`, in one kernel
     call that releases the GIL."""
     f = flat_facts(g)
-    peak, cost = _k.peak_and_cost(
+    ws = _arena(0)
+    peak, cost, top = _k.peak_and_cost(
         dropped, f.fwd, f.fpos, f.bwd, f.state, f.stoch, f.arg_ptr, f.arg_node, f.rarg_ptr,
         f.rarg_idx, f.rout_ptr, f.rout_idx, f.n_out, f.n_targets, f.resident, f.out_ptr,
         f.out_node, f.out_bytes, f.out_view, f.arg_out, f.arg_target, f.arg_size, f.arg_gsize,
         f.arg_grad, f.arg_gview, f.returned, f.held, f.seed, f.grad_out, f.fpeak, f.bpeak,
         f.sum_inplace, f.ext_bytes, f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx,
-        _cost_array(g))
+        _cost_array(g), ws)
+    if top > ws.shape[0]:
+        _arena(top)   # the next call on this thread takes all it needs from the arena
     return int(peak), int(cost)
 
 
@@ -541,7 +567,8 @@ class EventFold:
                        f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
                        f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes, f.made_ptr,
                        f.made_idx, f.efree_ptr, f.efree_idx)
-        self._st = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]))
+        self._st, _ = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]),
+                                    _no_arena(), 0)
         self._cap = self._st[0].shape[0]
         self._compact_at = self._cap // 2
 
@@ -566,8 +593,8 @@ class EventFold:
     def apply(self, kind, node, nbytes, optr, oidx):
         """Fold in the events ``(kind, node, nbytes, optr, oidx)``; return the bytes in use
         after each and at its highest point (ndarrays of int64, shape (#events,))."""
-        self._st, timeline, highs = _k.fold_run(self._st, kind, node, nbytes, optr, oidx,
-                                                *self._facts)
+        self._st, timeline, highs, _ = _k.fold_run(self._st, kind, node, nbytes, optr, oidx,
+                                                   *self._facts, _no_arena(), 0)
         if highs.size:
             self.high = max(self.high, int(highs.max()) + self.resident)
         return timeline + self.resident, highs + self.resident

@@ -257,16 +257,23 @@ def test_pairs_of_moves_reach_the_least_peak_single_moves_miss():
 
 @settings(max_examples=60, deadline=None)
 @given(st.data())
-def test_peak_and_cost_in_one_kernel_are_the_schedules(data):
-    from lowerset.scheduling import (_fold, _hooked_arrays, _peak_and_cost, _recompute_cost,
-                                     dropped_nodes)
+def test_peak_and_cost_in_one_kernel_are_the_naive_schedules(data):
+    """The local search's kernel, its arrays in a reused arena whatever an earlier call left
+    there, against the naive schedule (tests/schedule_reference.py)."""
+    from lowerset import scheduling
 
     g = data.draw(graphs_with_facts(min_nodes=2, max_nodes=9))
     s = data.draw(canonical_strategies(g))
-    dropped = dropped_nodes(s)
-    arrays = _hooked_arrays(g, dropped)
-    assert _peak_and_cost(g, dropped) == (_fold(g, arrays).peak, _recompute_cost(g, arrays))
-    assert _peak_and_cost(g, dropped) == (s.schedule.peak, s.schedule.recompute_cost)
+    evs, _, highs = reference_events(s)
+    cost = dict(zip(g.labels, g.cost.tolist()))
+    want = (max([g.facts.resident] + highs.tolist()),
+            sum(cost[e.node] for e in evs if e.kind == "recompute"))
+    dropped = scheduling.dropped_nodes(s)
+    scheduling._peak_and_cost(g, dropped)   # sizes this thread's arena
+    ws = scheduling._arena(0)
+    ws[:] = data.draw(st.integers(-(2 ** 40), 2 ** 40), label="what the arena holds")
+    assert scheduling._peak_and_cost(g, dropped) == want
+    assert scheduling._arena(0) is ws   # the arena was large enough: the kernel reused it
 
 
 @pytest.mark.parametrize("cap", [7, 60, 4000])
