@@ -38,9 +38,9 @@ References
    analysis).
 """
 
+import collections
 import concurrent.futures
 import contextlib
-import itertools
 
 import numpy as np
 
@@ -62,8 +62,8 @@ MAX_EVALUATIONS = 4000
 PAIR_MOVES = 40_000
 PAIR_EVALUATIONS = 1000
 
-#: Moves per thread whose schedules are computed at once, ahead of the scan that asks for them
-#: (on one core: none). A move that improves leaves the rest of its chunk computed for nothing.
+#: Moves per thread whose schedules are under way ahead of the scan that asks for them (on one
+#: core: none). A move that improves leaves those of the moves after it computed for nothing.
 AHEAD = 2
 
 
@@ -77,10 +77,10 @@ class _Scheduler:
     set.
 
     ``memo`` holds the schedules the search has asked for, in the order it asked: its size is
-    what ``max_evaluations`` bounds. With a thread pool, :meth:`ahead` computes the schedules
-    of the next few moves at once (the kernel releases the GIL); they wait outside ``memo``
-    until the search asks for them, so the search takes the same path, and stops at the same
-    count, as one that computes each schedule when it asks."""
+    what ``max_evaluations`` bounds. With a thread pool, :meth:`submit` starts the schedules of
+    the next few moves while the search judges the one before (the kernel releases the GIL);
+    they wait outside ``memo`` until the search asks for them, so the search takes the same
+    path, and stops at the same count, as one that computes each schedule when it asks."""
 
     def __init__(self, graph, pool=None):
         self.graph = graph
@@ -98,15 +98,14 @@ class _Scheduler:
         d, key = self._keyed(seg)
         out = self.memo.get(key)
         if out is None:
-            out = self._ahead.pop(key, None)
-            if out is None:
-                out = _peak_and_cost(self.graph, d)
+            future = self._ahead.pop(key, None)
+            out = future.result() if future is not None else _peak_and_cost(self.graph, d)
             self.memo[key] = out
         return out
 
     def _keyed(self, seg, keep=False):
         """The labelling's dropped nodes and their packed bytes (the memo's key); those of a
-        labelling :meth:`ahead` saw (`keep`) are not computed again."""
+        labelling :meth:`submit` saw (`keep`) are not computed again."""
         found = self._seen.pop(id(seg), None)
         if found is not None and found[0] is seg:
             return found[1], found[2]
@@ -116,19 +115,20 @@ class _Scheduler:
             self._seen[id(seg)] = (seg, d, key)
         return d, key
 
-    def ahead(self, segs):
-        """Compute, on the pool, the schedules of the labellings `segs` not asked for yet."""
+    def submit(self, seg):
+        """Start the schedule of labelling `seg` on the pool, unless it is known or under way."""
         if self._pool is None:
             return
-        self._seen.clear()   # what the last chunk left was abandoned
-        todo = {}
-        for seg in segs:
-            d, key = self._keyed(seg, keep=True)
-            if key not in self.memo and key not in self._ahead:
-                todo[key] = d
-        if len(todo) > 1:
-            results = self._pool.map(lambda d: _peak_and_cost(self.graph, d), todo.values())
-            self._ahead.update(zip(todo, results))
+        d, key = self._keyed(seg, keep=True)
+        if key not in self.memo and key not in self._ahead:
+            self._ahead[key] = self._pool.submit(_peak_and_cost, self.graph, d)
+
+    def abandon(self):
+        """Forget the labellings submitted for a scan that has ended: their schedules that have
+        not started are cancelled; those under way or done stay for a later ask."""
+        self._seen.clear()
+        for key in [k for k, f in self._ahead.items() if f.cancel()]:
+            del self._ahead[key]
 
 
 def _objective(budget):
@@ -255,44 +255,57 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     with (concurrent.futures.ThreadPoolExecutor(workers) if workers > 1
           else contextlib.nullcontext()) as pool:   # one core: no pool, schedules when asked
         run = _Scheduler(graph, pool)
-        seg = segment_labels(strategy)
-        best = key(*run(seg))
-        start, changed, pair_cap = 0, False, None
-        while len(run.memo) < max_evaluations:
-            found = _improving_move(graph, run, key, seg, best, start, max_evaluations,
-                                    deadline)
-            if found is None and len(run.memo) < max_evaluations:
-                # a local optimum of single moves: try two moves in a row, the first one's
-                # result in order of its objective (it need not improve by itself)
-                if pair_cap is None:
-                    pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
-                found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
-            if found is None:
-                break
-            seg, best, start = found
-            changed = True
+        try:
+            seg, changed = _climb(graph, run, key, segment_labels(strategy), max_evaluations,
+                                  deadline)
+        finally:
+            run.abandon()   # the pool's shutdown would otherwise run what is still queued
     if not changed:
         return strategy
     return strategy_of_labels(graph, seg, method=strategy.method, mode=strategy.mode,
                               budget=strategy.budget)
 
 
-def _in_chunks(moves, run):
-    """`moves` in lists of :data:`AHEAD` per thread, each list's schedules computed ahead."""
+def _climb(graph, run, key, seg, max_evaluations, deadline):
+    """The hill climb of :func:`refine` from labelling `seg`: (the last labelling, whether it
+    differs from `seg`)."""
+    best = key(*run(seg))
+    start, changed, pair_cap = 0, False, None
+    while len(run.memo) < max_evaluations:
+        found = _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline)
+        if found is None and len(run.memo) < max_evaluations:
+            # a local optimum of single moves: try two moves in a row, the first one's result
+            # in order of its objective (it need not improve by itself)
+            if pair_cap is None:
+                pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
+            found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
+        if found is None:
+            break
+        seg, best, start = found
+        changed = True
+    return seg, changed
+
+
+def _ahead(moves, run):
+    """`moves`, each one's schedule submitted (:meth:`_Scheduler.submit`) when it is
+    :data:`AHEAD` per thread before the scan reaches it; what a scan leaves is abandoned when
+    the next starts."""
+    run.abandon()
+    window = collections.deque()
     size = AHEAD * _limits.cores()
-    while True:
-        chunk = list(itertools.islice(moves, size))
-        if not chunk:
-            return
-        run.ahead([seg for seg, _ in chunk])
-        yield from chunk
+    for move in moves:
+        run.submit(move[0])
+        window.append(move)
+        if len(window) > size:
+            yield window.popleft()
+    yield from window
 
 
 def _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline):
     """The first move from `seg` (scanning from node `start`) whose objective is below `best`:
     (labelling, objective, next start), or None (none, or `max_evaluations` reached)."""
     moves = _moves(graph, seg, run.dropped(seg), run.droppable, start)
-    for seg2, v in _in_chunks(moves, run):
+    for seg2, v in _ahead(moves, run):
         if deadline is not None:
             deadline()
         k2 = key(*run(seg2))
@@ -313,7 +326,7 @@ def _improving_pair(graph, run, key, seg, best, max_evaluations, deadline):
         if len(segs) ** 2 > PAIR_MOVES:
             return None
     firsts = []
-    for i, (seg1, _) in enumerate(_in_chunks(((s1, None) for s1 in segs), run)):
+    for i, (seg1, _) in enumerate(_ahead(((s1, None) for s1 in segs), run)):
         firsts.append((key(*run(seg1)), i, seg1))
         if len(run.memo) >= max_evaluations:
             return None
