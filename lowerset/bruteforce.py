@@ -357,9 +357,9 @@ def brute_memory_centric(G, budget, family=None, sequences=None):
 def brute_schedule_points(G, sequences=None):
     """Return the schedule of every distinct plan over all lower-set sequences (Sec. 3).
 
-    Two sequences that drop the same values, ``V_i`` minus the nodes with a consumer (a node
-    reading one of their outputs, ``NodeFacts.args``) outside ``L_i`` for ``i < k`` (nodes
-    without consumers are never dropped), have the same schedule (:func:`lowerset.schedule`),
+    Two sequences that drop the same values, ``V_i`` minus the nodes with a successor in G
+    outside ``L_i`` for ``i < k`` (nodes without consumers, nodes reading their outputs in
+    ``NodeFacts.args``, are never dropped), have the same schedule (:func:`lowerset.schedule`),
     so each such set is scheduled once, with the first sequence that drops it.
 
     Parameters
@@ -388,16 +388,15 @@ def brute_schedule_points(G, sequences=None):
     from .strategy import CanonicalStrategy
 
     labels = G.labels
-    consumers = {v: set() for v in labels}
-    for w, nf in enumerate(G.facts.nodes):
-        for s, _ in nf.args:
-            if s >= 0:
-                consumers[labels[s]].add(labels[w])
+    consumed = {labels[s] for nf in G.facts.nodes for s, _ in nf.args if s >= 0}
+    succs = {v: set() for v in labels}
+    for v, w in G.edges:
+        succs[v].add(w)
     points = {}
     for _, _, seq in _sequences(G, sequences, None):
         dropped, prev = set(), frozenset()
         for L in seq[:-1]:
-            dropped |= {v for v in L - prev if consumers[v] and consumers[v] <= L}
+            dropped |= {v for v in L - prev if v in consumed and succs[v] <= L}
             prev = L
         key = frozenset(dropped)
         if key not in points:
