@@ -241,10 +241,10 @@ def _enumerate_bits(G, max_lower_sets, deadline=_limits.NO_DEADLINE):
 
 
 def _family_bytes(n_sets, G):
-    """Bytes the DP needs per family: the sets and boundaries (2 W words each), nine int64 per-set
-    arrays, and the DP's initial fronts (four int64 entries of capacity 4 per set, plus two
-    int64 ranges)."""
-    return n_sets * (16 * G.n_words + 9 * 8 + 4 * 4 * 8 + 2 * 8)
+    """Bytes the DP needs per family: the sets and boundaries (2 W words each), ten int64 per-set
+    arrays (the maximal elements' offsets among them), and the DP's initial fronts (four int64
+    entries of capacity 4 per set, plus two int64 ranges)."""
+    return n_sets * (16 * G.n_words + 10 * 8 + 4 * 4 * 8 + 2 * 8)
 
 
 def _pruned_bits(G):

@@ -295,19 +295,34 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     True
     """
     method = dp.resolve_method(G, method, max_lower_sets, time_limit)
-    cache = G.__dict__.setdefault("_pareto_cache", {})
-    key = (method, max_lower_sets)
-    if key not in cache:
+    if (method, max_lower_sets) not in G.__dict__.get("_pareto_cache", {}):
         deadline = _Deadline(time_limit)
         with _searching("pareto", progress, time_limit):
-            front = _front(_pool(G, method, max_lower_sets, deadline))
-            if method == "exact":
-                _progress.phase("local search")
-                front = _front(front + [refine(G, front[-1], deadline=deadline.left)])
-        elapsed = time.perf_counter() - deadline.start
-        for s in front:
-            s.planner_seconds = elapsed
-        cache[key] = front
+            _pareto(G, method, max_lower_sets, deadline)
+    return list(G.__dict__["_pareto_cache"][method, max_lower_sets])
+
+
+def _pareto(G, method, max_lower_sets, deadline, check=None):
+    """:func:`pareto`'s front, made and cached on `G`: the pool's front (cached too), then with
+    ``method="exact"`` its least-peak plan improved by local search (`check`, called between
+    its moves, may raise to stop it; default ``deadline.left``)."""
+    front = _pool_front(G, method, max_lower_sets, deadline)
+    if method == "exact":
+        _progress.phase("local search")
+        front = _front(front + [refine(G, front[-1], deadline=check or deadline.left)])
+    elapsed = time.perf_counter() - deadline.start
+    for s in front:
+        s.planner_seconds = elapsed
+    G.__dict__.setdefault("_pareto_cache", {})[method, max_lower_sets] = front
+    return front
+
+
+def _pool_front(G, method, max_lower_sets, deadline):
+    """The front of the candidate pool (:func:`_pool`), cached on `G`."""
+    cache = G.__dict__.setdefault("_pool_cache", {})
+    key = (method, max_lower_sets)
+    if key not in cache:
+        cache[key] = _front(_pool(G, method, max_lower_sets, deadline))
     return list(cache[key])
 
 
@@ -476,15 +491,17 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
 def _solve(G, budget, method, max_lower_sets, time_limit):
     """:func:`solve` under the executor model, `budget` checked (bytes or None)."""
     deadline = _Deadline(time_limit)
-    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
     if budget is None:
+        pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
         return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    front, found = _front_and_search(G, budget, method, max_lower_sets, deadline)
     fits = [s for s in front if s.schedule.peak <= budget]
     if not fits:
         raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
     if fits[0].schedule.recompute_cost == 0:
         return fits[0]
-    found = _bisect(G, budget, method, max_lower_sets, deadline)
+    if found is None:
+        found = _bisect(G, budget, method, max_lower_sets, deadline)
     best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
     if method == "exact":
         _progress.phase("local search")
@@ -493,6 +510,43 @@ def _solve(G, budget, method, max_lower_sets, time_limit):
     _merge(G, method, max_lower_sets, found)
     best.planner_seconds = time.perf_counter() - deadline.start
     return best
+
+
+def _front_and_search(G, budget, method, max_lower_sets, deadline):
+    """(:func:`pareto`'s front, :func:`_bisect` at `budget` or None).
+
+    With ``method="exact"`` and the front not cached, the front's local search (one thread's
+    Python and the schedules on the others) and the search at `budget` (DP passes, one thread)
+    run at once, where the pool's front already shows that the search is needed: a plan of the
+    pool fits `budget` and recomputes. Each is what it would be alone: the local search
+    touches no DP cache, and the search reads none of the front. Elsewhere the search is None:
+    :func:`_solve` runs it after the front if it needs it. An error in the search stops the
+    local search at its next move and is raised; one in the local search is raised when the
+    search ends (a time limit stops both)."""
+    if (method != "exact" or (method, max_lower_sets) in G.__dict__.get("_pareto_cache", {})
+            or _limits.cores() < 2):
+        return pareto(G, method, max_lower_sets=max_lower_sets,
+                      time_limit=deadline.left()), None
+    pool = _pool_front(G, method, max_lower_sets, deadline)
+    fits = [s for s in pool if s.schedule.peak <= budget]
+    if not fits or fits[0].schedule.recompute_cost == 0:
+        return _pareto(G, method, max_lower_sets, deadline), None
+    stop = threading.Event()
+
+    def check():
+        if stop.is_set():
+            # never reaches the caller: the search's own error is raised instead
+            raise SearchLimitError("stopped: the search beside it failed", limit="stopped")
+        return deadline.left()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as side:
+        future = side.submit(_pareto, G, method, max_lower_sets, deadline, check)
+        try:
+            found = _bisect(G, budget, method, max_lower_sets, deadline)
+        except BaseException:
+            stop.set()
+            raise
+        return future.result(), found
 
 
 def _bisect(G, budget, method, max_lower_sets, deadline):

@@ -321,3 +321,70 @@ def test_min_peak_gives_its_solve_only_the_time_left(monkeypatch):
     assert given and given[0] <= 29.5
     with pytest.raises(ls.SearchLimitError, match="time limit of 0.3 s"):
         ls.min_peak(g, time_limit=0.3)
+
+
+def _inception_like():
+    from pathlib import Path
+
+    return ls.load_graph(Path(__file__).resolve().parent / "data" / "inception_like.json")
+
+
+def test_solve_runs_the_fronts_local_search_beside_its_search(monkeypatch):
+    """With two threads, solve's search at the budget runs while pareto's local search runs
+    on another thread (planner._front_and_search); the plans are those of one thread, which
+    runs the two in turn."""
+    import threading
+
+    from lowerset import _limits, planner
+
+    least = ls.min_peak(_inception_like(), "exact").schedule.peak
+    plain = ls.schedule(_inception_like()).peak
+    real, threads = planner._pareto, []
+
+    def pareto_recorded(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(*args)
+
+    monkeypatch.setattr(planner, "_pareto", pareto_recorded)
+    plans = {}
+    for cores in (1, 2):
+        monkeypatch.setattr(_limits, "cores", lambda: cores)
+        for f in (0.1, 0.5):
+            s = ls.solve(_inception_like(), least + f * (plain - least), method="exact")
+            plans[cores, f] = (np.asarray(s.segment_of_nodes()).tolist(), s.schedule.peak,
+                               s.schedule.recompute_cost)
+    assert threads == [True, True, False, False]   # one thread: in turn; two: beside it
+    assert all(plans[1, f] == plans[2, f] for f in (0.1, 0.5))
+    assert plans[2, 0.1] != plans[2, 0.5]
+
+
+def test_an_error_in_solves_search_stops_the_local_search_beside_it(monkeypatch):
+    import threading
+    import time
+
+    from lowerset import _limits, planner
+
+    monkeypatch.setattr(_limits, "cores", lambda: 2)
+    started, steps = threading.Event(), []
+
+    def endless_refine(G, s, budget=None, deadline=None):
+        started.set()
+        for _ in range(1000):   # 10 s unless `deadline` raises
+            deadline()
+            steps.append(1)
+            time.sleep(0.01)
+        return s
+
+    def failing_search(*args):
+        started.wait(5)
+        raise RuntimeError("the search failed")
+
+    monkeypatch.setattr(planner, "refine", endless_refine)
+    monkeypatch.setattr(planner, "_bisect", failing_search)
+    g = _inception_like()
+    least = ls.pareto(_inception_like(), "approx")[-1].schedule.peak
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="the search failed"):
+        ls.solve(g, least + (ls.schedule(g).peak - least) // 2, method="exact")
+    assert time.perf_counter() - start < 5 and len(steps) < 300
+    assert ("exact", ls.DEFAULT_MAX_LOWER_SETS) not in g.__dict__.get("_pareto_cache", {})
