@@ -44,6 +44,7 @@ from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
 from .refine import refine
+from .scheduling import _peak_and_cost, dropped_nodes
 from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
 
@@ -326,12 +327,30 @@ def _pool_front(G, method, max_lower_sets, deadline):
     return list(cache[key])
 
 
+def _point(s):
+    """(recompute cost, peak) of strategy `s`'s schedule (cost units, bytes), cached on `s`.
+
+    From the one-kernel fold (:func:`lowerset.scheduling._peak_and_cost`, equal to
+    ``s.schedule``'s figures: tests/test_refine.py): the planner compares thousands of
+    candidates and so builds the whole schedule (its events, about 4x the time) only of the
+    plans a caller reads it from."""
+    point = s.__dict__.get("_point")
+    if point is None:
+        if "schedule" in s.__dict__:
+            point = (s.schedule.recompute_cost, s.schedule.peak)
+        else:
+            peak, cost = _peak_and_cost(s.graph, dropped_nodes(s))
+            point = (cost, peak)
+        s.__dict__["_point"] = point
+    return point
+
+
 def _front(strategies):
     """The strategies not dominated in (recompute cost, schedule peak), overhead increasing."""
-    ranked = sorted(strategies, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    ranked = sorted(strategies, key=_point)
     front = []
     for s in ranked:
-        if not front or s.schedule.peak < front[-1].schedule.peak:
+        if not front or _point(s)[1] < _point(front[-1])[1]:
             front.append(s)
     return front
 
@@ -396,7 +415,7 @@ def _min_peak(G, method, measure, max_lower_sets, deadline):
         return CanonicalStrategy.from_segments(G, s.segment_of_nodes(), method=s.method,
                                                mode=s.mode, planner_seconds=s.planner_seconds)
     front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
-    return solve(G, front[-1].schedule.peak, method=method, max_lower_sets=max_lower_sets,
+    return solve(G, _point(front[-1])[1], method=method, max_lower_sets=max_lower_sets,
                  time_limit=deadline.left())
 
 
@@ -495,18 +514,18 @@ def _solve(G, budget, method, max_lower_sets, time_limit):
         pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
         return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
     front, found = _front_and_search(G, budget, method, max_lower_sets, deadline)
-    fits = [s for s in front if s.schedule.peak <= budget]
+    fits = [s for s in front if _point(s)[1] <= budget]
     if not fits:
-        raise InfeasibleBudgetError(budget, front[-1].schedule.peak, method=method)
-    if fits[0].schedule.recompute_cost == 0:
+        raise InfeasibleBudgetError(budget, _point(front[-1])[1], method=method)
+    if _point(fits[0])[0] == 0:
         return fits[0]
     if found is None:
         found = _bisect(G, budget, method, max_lower_sets, deadline)
-    best = min(fits[:1] + found, key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+    best = min(fits[:1] + found, key=_point)
     if method == "exact":
         _progress.phase("local search")
         found.append(refine(G, best, budget, deadline=deadline.left))
-        best = min([best, found[-1]], key=lambda s: (s.schedule.recompute_cost, s.schedule.peak))
+        best = min([best, found[-1]], key=_point)
     _merge(G, method, max_lower_sets, found)
     best.planner_seconds = time.perf_counter() - deadline.start
     return best
@@ -528,8 +547,8 @@ def _front_and_search(G, budget, method, max_lower_sets, deadline):
         return pareto(G, method, max_lower_sets=max_lower_sets,
                       time_limit=deadline.left()), None
     pool = _pool_front(G, method, max_lower_sets, deadline)
-    fits = [s for s in pool if s.schedule.peak <= budget]
-    if not fits or fits[0].schedule.recompute_cost == 0:
+    fits = [s for s in pool if _point(s)[1] <= budget]
+    if not fits or _point(fits[0])[0] == 0:
         return _pareto(G, method, max_lower_sets, deadline), None
     stop = threading.Event()
 
@@ -593,7 +612,7 @@ def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
     found, ok, bad = [], None, hi
     for b in budgets:
         s = _paper_time(G, "approx", b, max_lower_sets, deadline)[0]
-        if s.schedule.peak <= budget:
+        if _point(s)[1] <= budget:
             found.append(s)
             ok, bad = b, hi
         elif ok is not None and bad == hi:
@@ -643,8 +662,8 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
     for _ in range(steps + 1):
         plans = _paper_time(G, family, b, max_lower_sets, deadline)
         s = plans[0]
-        found += [p for p in plans if p.schedule.peak <= budget]
-        if s.schedule.peak <= budget:
+        found += [p for p in plans if _point(p)[1] <= budget]
+        if _point(s)[1] <= budget:
             ok = b
         else:
             bad, floor = b, s.overhead
