@@ -336,45 +336,10 @@ def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
     return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra
 
 
-@njit(cache=True)
-def maximal_lists(sets, lo, hi, bptr, bidx, sinks, succ_ptr, succ_idx, mptr, midx, fill):
-    """The maximal elements of sets ``lo <= i < hi`` (nodes of L_i with no successor in L_i),
-    as CSR node-id lists: with `fill` False, their counts into ``mptr[i + 1]``; with `fill`
-    True (``mptr`` cumulative), the nodes into ``midx[mptr[i]:mptr[i + 1]]``.
-
-    A maximal element of a lower set either has successors, all outside it (it is on the
-    boundary ``bidx[bptr[i]:bptr[i + 1]]``), or is a sink of G (`sinks`, int64 node ids):
-    only those are tested. Every node of L_i is a maximal element or one of their ancestors,
-    so a lower set holds L_i exactly when it holds these (:func:`_contains`).
-    """
-    for i in range(lo, hi):
-        L = sets[i]
-        k = mptr[i] if fill else 0
-        for j in range(bptr[i], bptr[i + 1] + sinks.shape[0]):
-            v = bidx[j] if j < bptr[i + 1] else sinks[j - bptr[i + 1]]
-            if _has(L, v) == 0:
-                continue
-            inner = False
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                if _has(L, succ_idx[e]) != 0:
-                    inner = True
-                    break
-            if inner:
-                continue
-            if fill:
-                midx[k] = v
-            k += 1
-        if not fill:
-            mptr[i + 1] = k
-
-
 @njit(cache=True, inline="always")
-def _contains(sets, b, mptr, midx, a):
-    """Whether lower set ``b`` holds lower set ``a``: whether it holds a's maximal elements
-    (:func:`maximal_lists`), a few bit tests on a graph of small width instead of a word per
-    64 nodes. For ``a`` of a smaller size class, holding means a ⊊ b."""
-    for k in range(mptr[a], mptr[a + 1]):
-        if _has(sets[b], midx[k]) == 0:
+def _is_strict_subset(sets, a, b, n_words):
+    for w in range(n_words):
+        if (sets[a, w] & ~sets[b, w]) != 0:
             return False
     return True
 
@@ -410,7 +375,7 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 @njit(cache=True, nogil=True)
 def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
-                    bnd_m, bptr, bidx, mptr, midx, extra, cost, memory, lb):
+                    bnd_m, bptr, bidx, extra, cost, memory, lb):
     """Fill ``lb[b]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
     `work_budget` units of work: a lower bound on the overhead (eq. 1, cost units) that any
     canonical strategy within eq. (2) budget `budget` adds after lower set ``b`` on its way to V,
@@ -431,8 +396,7 @@ def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m
         boundary entries read) to this many units.
     budget : int64
         B in bytes.
-    sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, mptr, midx, extra, cost,
-    memory
+    sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory
         As in :func:`dp_fronts`.
     lb : ndarray of int64, shape (s,)
         Output.
@@ -445,6 +409,7 @@ def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m
         Work units done.
     """
     s = sets.shape[0]
+    n_words = sets.shape[1]
     work = 0
     b = hi - 1
     while b >= lo and work < work_budget:
@@ -459,7 +424,7 @@ def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m
             # subset test
             if lb[c] + tot_t[c] - tot_t[b] - bnd_t[c] >= best:
                 continue
-            if not _contains(sets, c, mptr, midx, b):
+            if not _is_strict_subset(sets, b, c, n_words):
                 continue
             work += bptr[b + 1] - bptr[b]
             dt, _, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra,
@@ -473,9 +438,9 @@ def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m
 
 @njit(cache=True, nogil=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets, size,
-              class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, mptr, midx, extra,
-              cost, memory, fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used, scratch_m,
-              scratch_a, scratch_e):
+              class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
+              fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a,
+              scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -513,8 +478,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
     class_start : ndarray of int64, shape (s,)
         Index of the first set of the same size as set ``b``; only sets before it are tested.
     tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra : see :func:`set_stats`.
-    mptr, midx : ndarray of int64
-        The maximal elements of each set (:func:`maximal_lists`), for the subset test.
     cost, memory : ndarray of int64, shape (n,)
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
@@ -551,6 +514,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
         ``STATUS_OK``, or ``STATUS_MEMORY`` when the entry arrays would outgrow `max_entries`
         (set ``b_next`` is then unfinished and the fronts must be discarded).
     """
+    n_words = sets.shape[1]
     pairs = 0
     capped = 0
     work = 0
@@ -573,7 +537,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
             if key_t[a] > room_t:
                 capped += 1
                 continue
-            if not _contains(sets, b, mptr, midx, a):
+            if not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
@@ -664,8 +628,8 @@ def _grow(arr, new_cap):
 
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, mptr, midx, extra, cost, memory, fstart, fend, key_m, fm,
-                fp, fpa, fpe, used):
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, key_m, fm, fp, fpa,
+                fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -693,6 +657,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     -------
     fm, fp, fpa, fpe, used, pairs, b_next, work, status : as in :func:`dp_fronts`.
     """
+    n_words = sets.shape[1]
     pairs = 0
     work = 0
     cap = 64
@@ -711,7 +676,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
         for a in range(class_start[b]):
             if key_m[a] > room:
                 continue
-            if not _contains(sets, b, mptr, midx, a):
+            if not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
             dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,

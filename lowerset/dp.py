@@ -213,8 +213,8 @@ def _remaining_bound(fam, G, budget, deadline):
     while hi > 0:
         hi, work = _kernels.remaining_bound(
             0, hi, chunk.start(), np.int64(budget), fam.sets, fam.class_start, fam.tot_t,
-            fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.mptr, fam.midx,
-            fam.extra, G.cost, G.memory, lb)
+            fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
+            G.memory, lb)
         chunk.done(work)
         if hi > 0:
             deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
@@ -239,9 +239,9 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb,
             fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t,
-            fam.bnd_m, fam.bptr, fam.bidx, fam.mptr, fam.midx, fam.extra, G.cost, G.memory, fstart,
-            fend, keys[0], keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"],
-            scratch_m, scratch_a, scratch_e)
+            fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0],
+            keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a,
+            scratch_e)
         st["capped"] += capped
         st["work"] += work
         return b, work, status, st["used"]
@@ -261,8 +261,8 @@ def _min_budget_search(G, fam, upper, deadline):
             _kernels.peak_fronts(
                 lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
                 fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.mptr, fam.midx, fam.extra, G.cost, G.memory, fstart, fend, keys[0], st["fm"],
-                st["fp"], st["fpa"], st["fpe"], st["used"])
+                fam.extra, G.cost, G.memory, fstart, fend, keys[0], st["fm"], st["fp"],
+                st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 
     _drive(fam, deadline, step, "in the minimal-budget DP", _EntryCap(fm.shape[0]))

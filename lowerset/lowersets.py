@@ -34,11 +34,10 @@ DEFAULT_MAX_LOWER_SETS = 50_000
 
 #: A family of lower sets prepared for the DP kernels, sorted by size (so by inclusion), with the
 #: empty set first and V last. Arrays as returned by :func:`lowerset._kernels.set_stats`;
-#: ``class_start[i]`` is the index of the first set of the same size as set ``i``; ``mptr``,
-#: ``midx`` list each set's maximal elements (:func:`lowerset._kernels.maximal_lists`).
+#: ``class_start[i]`` is the index of the first set of the same size as set ``i``.
 Family = namedtuple(
     "Family",
-    "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra mptr midx",
+    "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra",
 )
 
 
@@ -241,10 +240,10 @@ def _enumerate_bits(G, max_lower_sets, deadline=_limits.NO_DEADLINE):
 
 
 def _family_bytes(n_sets, G):
-    """Bytes the DP needs per family: the sets and boundaries (2 W words each), ten int64 per-set
-    arrays (the maximal elements' offsets among them), and the DP's initial fronts (four int64
-    entries of capacity 4 per set, plus two int64 ranges)."""
-    return n_sets * (16 * G.n_words + 10 * 8 + 4 * 4 * 8 + 2 * 8)
+    """Bytes the DP needs per family: the sets and boundaries (2 W words each), nine int64 per-set
+    arrays, and the DP's initial fronts (four int64 entries of capacity 4 per set, plus two
+    int64 ranges)."""
+    return n_sets * (16 * G.n_words + 9 * 8 + 4 * 4 * 8 + 2 * 8)
 
 
 def _pruned_bits(G):
@@ -426,31 +425,4 @@ def _set_stats(G, sets, deadline):
         chunk.done(hi - lo)
         lo = hi
         deadline.check(lambda: f"while listing the boundaries of the lower sets ({lo} of {s})")
-    mptr, midx = _maximal(G, sets, bptr, bidx, deadline)
-    return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, mptr, midx
-
-
-def _maximal(G, sets, bptr, bidx, deadline):
-    """:func:`lowerset._kernels.maximal_lists` of every set (counts, then the lists), in
-    chunks, checking `deadline` between them."""
-    s = sets.shape[0]
-    sinks = np.flatnonzero(np.diff(G.succ_ptr) == 0).astype(np.int64)
-    mptr = np.zeros(s + 1, dtype=np.int64)
-    midx = np.zeros(0, dtype=np.int64)
-    for fill in (False, True):
-        if fill:
-            np.cumsum(mptr, out=mptr)
-            _limits.check_memory(8 * int(mptr[-1]), "the maximal elements of the lower sets",
-                                 "use method='approx', or a smaller max_lower_sets")
-            midx = np.zeros(int(mptr[-1]), dtype=np.int64)
-        lo = 0
-        chunk = _limits.Chunker(initial=1024)
-        while lo < s:
-            hi = min(s, lo + chunk.start())
-            _kernels.maximal_lists(sets, lo, hi, bptr, bidx, sinks, G.succ_ptr, G.succ_idx,
-                                   mptr, midx, fill)
-            chunk.done(hi - lo)
-            lo = hi
-            deadline.check(lambda: f"while listing the maximal elements of the lower sets "
-                           f"({lo} of {s})")
-    return mptr, midx
+    return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra

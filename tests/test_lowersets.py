@@ -323,21 +323,3 @@ class TestLimits:
         assert ls.DEFAULT_MAX_LOWER_SETS == 50_000
         # the approximate DP still plans it
         assert ls.dp.solve(fan(17), method="approx").peak_memory == ls.min_budget(fan(17), "approx")
-
-
-@given(dags(max_nodes=12), st.sampled_from(["exact", "approx"]))
-def test_family_lists_maximal_elements_and_they_decide_inclusion(g, method):
-    """The DP's subset test reads each set's maximal elements (``Family.mptr``/``midx``):
-    they are the nodes of L with no successor in L, and b holds a exactly when it holds them."""
-    from lowerset.lowersets import family, mask_of_bits
-
-    fam = family(g, method)
-    masks = mask_of_bits(fam.sets, g.n)
-    succs = [set(g.succ_idx[g.succ_ptr[v]:g.succ_ptr[v + 1]].tolist()) for v in range(g.n)]
-    for i, mask in enumerate(masks):
-        members = set(np.flatnonzero(mask).tolist())
-        listed = fam.midx[fam.mptr[i]:fam.mptr[i + 1]].tolist()
-        assert sorted(listed) == sorted(v for v in members if not succs[v] & members)
-        for j, other in enumerate(masks):
-            holds = all(other[v] for v in listed)
-            assert holds == bool(np.all(other[mask])), (i, j)
