@@ -358,8 +358,8 @@ def brute_schedule_points(G, sequences=None):
     """Return the schedule of every distinct plan over all lower-set sequences (Sec. 3).
 
     Two sequences that drop the same values, ``V_i`` minus the nodes with a successor in G
-    outside ``L_i`` for ``i < k`` (nodes without consumers, nodes reading their outputs in
-    ``NodeFacts.args``, are never dropped), have the same schedule (:func:`lowerset.schedule`),
+    outside ``L_i`` for ``i < k`` (a node whose outputs no function reads, in
+    ``NodeFacts.args``, is never dropped), have the same schedule (:func:`lowerset.schedule`),
     so each such set is scheduled once, with the first sequence that drops it.
 
     Parameters

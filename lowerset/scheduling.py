@@ -458,8 +458,8 @@ _ARENAS = threading.local()
 def _arena(top):
     """This thread's arena for :func:`_peak_and_cost`, at least `top` entries long (the
     kernels' arrays live in it between calls; see :mod:`lowerset._schedule_kernels`). It
-    holds about 70 int64 per node of the largest graph the thread has scheduled (1.4 MB at
-    2,500 nodes) and lives as long as the thread."""
+    holds about 150 int64 per node of the largest graph the thread has scheduled (3 MB at
+    2,500 nodes, default facts) and lives as long as the thread."""
     ws = getattr(_ARENAS, "ws", None)
     if ws is None or ws.shape[0] < top:
         ws = _ARENAS.ws = np.empty(top + top // 4, dtype=np.int64)
