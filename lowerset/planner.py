@@ -511,7 +511,6 @@ def _solve(G, budget, method, max_lower_sets, time_limit):
     """:func:`solve` under the executor model, `budget` checked (bytes or None)."""
     deadline = _Deadline(time_limit)
     if budget is None:
-        pareto(G, method, max_lower_sets=max_lower_sets, time_limit=time_limit)
         return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
     front, found = _front_and_search(G, budget, method, max_lower_sets, deadline)
     fits = [s for s in front if _point(s)[1] <= budget]
