@@ -374,32 +374,38 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 
 @njit(cache=True, nogil=True)
-def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m, bnd_bits, bnd_t,
-                    bnd_m, bptr, bidx, extra, cost, memory, lb):
-    """Fill ``lb[b]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
-    `work_budget` units of work: a lower bound on the overhead (eq. 1, cost units) that any
-    canonical strategy within eq. (2) budget `budget` adds after lower set ``b`` on its way to V,
-    or INF when none can go on from ``b``.
+def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, tot_m, bnd_bits,
+                    bnd_t, bnd_m, bptr, bidx, extra, cost, memory, g):
+    """Fill ``g[b, k]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
+    `work_budget` units of work: the least ``sum(dt + lam[k] * dm)`` over the transitions of
+    any sequence from lower set ``b`` to V within eq. (2) budget `budget` (cost units), or inf
+    when none can go on from ``b``. From it, a lower bound on the overhead (eq. 1) that a state
+    (t, m) at ``b`` adds on its way to V (Lagrangian relaxation of its cache):
 
-    It is the time-centric DP of :func:`dp_fronts` run backwards with the cached bytes relaxed
-    to their least value: a state at ``b`` caches at least ``M(∂(L_b))`` (``bnd_m[b]``; every
-    node of ∂(L_b) is kept), so a transition ``b -> c`` is allowed when ``bnd_m[b] + need <=
-    budget``, and ``lb[b] = min over such c of dt(b, c) + lb[c]``. A state (t, m) at ``b`` with
-    ``t + lb[b]`` above an overhead cap reaches V only above that cap (A* pruning).
+    ``overhead after b >= max over k of g[b, k] - lam[k] * (budget - m)``,
+
+    because the cache only grows along a sequence and ends within the budget, so the bytes it
+    adds after ``b`` (the sum of dm) are at most ``budget - m``. Each transition ``b -> c`` is
+    allowed when ``bnd_m[b] + need <= budget`` (a state at ``b`` caches at least M(∂(L_b))),
+    a relaxation of ``m + need <= budget``. With ``lam[0] = 0``, ``g[b, 0]`` bounds the
+    overhead of every state at ``b``; the larger multipliers weigh the cache the state holds
+    (A* pruning in :func:`dp_fronts`).
 
     Parameters
     ----------
     lo, hi : int
-        Range of sets; the sets ``>= hi`` must be finished (``lb[s - 1] = 0``, V).
+        Range of sets; the sets ``>= hi`` must be finished (``g[s - 1] = 0``, V).
     work_budget : int
         The call returns after the first set that brings its work (candidate sets scanned plus
-        boundary entries read) to this many units.
+        boundary entries read plus multipliers updated) to this many units.
     budget : int64
         B in bytes.
+    lam : ndarray of float64, shape (K,)
+        Multipliers (cost units per byte), ``lam[0] = 0``.
     sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory
         As in :func:`dp_fronts`.
-    lb : ndarray of int64, shape (s,)
-        Output.
+    g : ndarray of float64, shape (s, K)
+        Output; inf on entry for the sets to fill.
 
     Returns
     -------
@@ -410,34 +416,52 @@ def remaining_bound(lo, hi, work_budget, budget, sets, class_start, tot_t, tot_m
     """
     s = sets.shape[0]
     n_words = sets.shape[1]
+    n_lam = lam.shape[0]
     work = 0
     b = hi - 1
     while b >= lo and work < work_budget:
-        best = INF
         # allowed when 2 M(L_c ∖ L_b) + extra[c] + bnd_m[b] <= budget
         room = budget - bnd_m[b] + 2 * tot_m[b]
-        work += s - b
+        work += (s - b) * (1 + n_lam // 8)
         for c in range(b + 1, s):
-            if class_start[c] <= b or lb[c] >= INF or 2 * tot_m[c] + extra[c] > room:
+            if class_start[c] <= b or g[c, 0] == np.inf or 2 * tot_m[c] + extra[c] > room:
                 continue
-            # dt >= T(L_c ∖ L_b) - T(∂(L_c)): a set that cannot improve is skipped before the
-            # subset test
-            if lb[c] + tot_t[c] - tot_t[b] - bnd_t[c] >= best:
+            # dt >= T(L_c ∖ L_b) - T(∂(L_c)) and dm >= 0: a set that improves no sum is
+            # skipped before the subset test
+            dt_low = tot_t[c] - tot_t[b] - bnd_t[c]
+            helps = False
+            for k in range(n_lam):
+                helps |= dt_low + g[c, k] < g[b, k]
+            if not helps:
                 continue
             if not _is_strict_subset(sets, b, c, n_words):
                 continue
-            work += bptr[b + 1] - bptr[b]
-            dt, _, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra,
-                                  cost, memory)
-            if dt + lb[c] < best:
-                best = dt + lb[c]
-        lb[b] = best
+            work += bptr[b + 1] - bptr[b] + n_lam
+            dt, dm, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra,
+                                   cost, memory)
+            for k in range(n_lam):
+                g[b, k] = min(g[b, k], dt + lam[k] * dm + g[c, k])
         b -= 1
     return b + 1, work
 
 
+@njit(cache=True, inline="always")
+def _bound_at(g, lam, b, room):
+    """The overhead bound of :func:`remaining_bound` for a state at set ``b`` whose cache
+    leaves `room` bytes of the budget (cost units, a float at most the exact bound; 0 without
+    multipliers)."""
+    best = 0.0
+    for k in range(lam.shape[0]):
+        cut = lam[k] * room
+        # less a margin above float rounding: the sums in g have at most a few 10^4 terms
+        v = g[b, k] - cut - 1e-9 * (g[b, k] + cut)
+        if v > best:
+            best = v
+    return best
+
+
 @njit(cache=True, nogil=True)
-def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets, size,
+def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, size,
               class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
               fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a,
               scratch_e):
@@ -469,9 +493,16 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
         sequence, so a time-centric optimum <= `tcap` is still found exactly.
     lb : ndarray of int64, shape (s,)
         Time-centric: a state at set ``b`` is dropped when its overhead passes ``tcap - lb[b]``
-        (:func:`remaining_bound`; zeros drop nothing more). Since ``lb[a] <= dt + lb[b]`` for
-        every transition a -> b a state can take, the states kept, their fronts and the
-        front of V (``lb = 0``) are those of the DP without `lb`, cut at the same cap.
+        (zeros drop nothing more).
+    g, lam : ndarray of float64, shapes (s, K) and (K,)
+        Time-centric, with K > 0: a state (t, m) that survives `lb` is left out of the front of
+        ``b`` when ``t + _bound_at(g, lam, b, budget - m) > tcap`` (:func:`remaining_bound`;
+        `lb` is then that bound at the least cache ``bnd_m[b]``). Both bounds are at most the
+        overhead every sequence adds after ``b`` from that state and grow with the state's
+        overhead and cache, so a state dropped could not reach V within the cap and every
+        state it dominates is dropped too: the states kept, their back-pointers and the front
+        of V (bound 0) are those of the DP without the bounds, cut at the same cap. K = 0:
+        no such test.
     sets : ndarray of uint64, shape (s, W)
         The family, sorted by size; set 0 is the empty set.
     size : ndarray of int64, shape (s,)
@@ -546,13 +577,14 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
             # Cached bytes decrease along a front (see the sweeps below), so the entries with
             # m <= cap are a suffix; in time-centric fronts t increases, so t2 > cap_b ends it.
             e0 = _first_at_most(fm, fstart[a], fend[a], cap)
-            work += fend[a] - e0
+            stop = fend[a]
             for e in range(e0, fend[a]):
                 t2 = ft[e] + dt
                 if t2 > cap_b:
                     capped += 1
                     if maximize:
                         continue
+                    stop = e + 1
                     break
                 m2 = fm[e] + dm
                 if m2 < scratch_m[t2]:
@@ -563,6 +595,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
                         tmin = t2
                     if t2 > tmax:
                         tmax = t2
+            work += stop - e0
         fstart[b] = used
         if tmax < 0:
             fend[b] = used
@@ -589,10 +622,16 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
         else:
             t, t_end, step = tmin, tmax + 1, 1
         best = INF
+        prune = not maximize and lam.shape[0] > 0
         while t != t_end:
             m = scratch_m[t]
             if m < best:
                 best = m
+                if prune and t + _bound_at(g, lam, b, budget - m) > tcap:
+                    capped += 1
+                    scratch_m[t] = INF
+                    t += step
+                    continue
                 ft[used] = t
                 fm[used] = m
                 fpa[used] = scratch_a[t]
@@ -601,8 +640,12 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, sets
             scratch_m[t] = INF
             t += step
         fend[b] = used
-        key_m[b] = fm[used - 1] - 2 * tot_m[b]
-        key_t[b] = tmin - tot_t[b]
+        if used == fstart[b]:
+            key_m[b] = INF
+            key_t[b] = INF
+        else:
+            key_m[b] = fm[used - 1] - 2 * tot_m[b]
+            key_t[b] = (tmin if maximize else ft[fstart[b]]) - tot_t[b]
         b += 1
     return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
 

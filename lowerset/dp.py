@@ -7,6 +7,9 @@ blocks (so that a time limit can stop them) and turn the back-pointers into a
 :class:`~lowerset.strategy.CanonicalStrategy`.
 """
 
+import threading
+from typing import NamedTuple
+
 import numpy as np
 
 from . import _kernels, _limits
@@ -25,6 +28,20 @@ AUTO = "auto"
 
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
+# With the A* bound lb0 of the empty set, the deepening starts at lb0 times the ratio of the
+# optimum to lb0 in the family's last pass, times this margin (neighbouring budgets' ratios
+# differ by a few per cent)
+_RATIO_MARGIN = 1.04
+# multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used for
+# caps of at least _BOUND_MIN_CAP cost units per multiplier and _SLACK times the bound without
+# them (:func:`_a_star_bound`)
+_BOUND_MULTIPLIERS = 64
+_BOUND_MIN_CAP = 8
+_SLACK = 1.125
+# sums with multipliers kept per family, and how far above a budget they may serve it
+_BOUNDS_KEPT = 4
+_BOUND_REUSE = 0.05
+_BOUNDS_LOCK = threading.Lock()
 # bytes of one DP front entry: four int64 arrays (two values and two back-pointers)
 _ENTRY_BYTES = 32
 
@@ -176,13 +193,15 @@ def _drive(fam, deadline, step, what, entry_cap):
 
 
 def _trace_back(G, fam, fpa, fpe, entry):
-    """The lower sets (bool masks, shape (n,)) of the sequence ending at front `entry` of V."""
+    """The sequence ending at front `entry` of V, as the 0-based segment of each node (int64,
+    shape (n,)): the number of its lower sets that leave the node out."""
     path = []
     a, e = fam.sets.shape[0] - 1, entry
     while a > 0:
         path.append(a)
         a, e = fpa[e], fpe[e]
-    return list(mask_of_bits(fam.sets[path[::-1]], G.n))
+    inside = mask_of_bits(fam.sets[path], G.n).sum(axis=0, dtype=np.int64)
+    return len(path) - inside
 
 
 def _new_fronts(fam):
@@ -203,26 +222,64 @@ def _new_fronts(fam):
             np.full(cap, -1, dtype=np.int64), np.full(cap, -1, dtype=np.int64))
 
 
-def _remaining_bound(fam, G, budget, deadline):
-    """:func:`_kernels.remaining_bound` over the whole family at eq. (2) budget `budget`:
-    int64 per set (shape (s,)), a lower bound on the overhead a strategy adds after it."""
+class _Bound(NamedTuple):
+    """The A* bound of the time-centric DP at one eq. (2) budget (:func:`_remaining_bound`)."""
+    lb: np.ndarray    # int64, shape (s,): the bound of every state at a set (cost units)
+    g: np.ndarray     # float64, shape (s, K): see :func:`_kernels.remaining_bound`
+    lam: np.ndarray   # float64, shape (K,): its multipliers (cost units per byte)
+
+
+_NO_LINES = (np.zeros((1, 0)), np.zeros(0))
+
+
+def _multipliers(G, budget):
+    """:data:`_BOUND_MULTIPLIERS` multipliers of the cache in the A* bound (cost units per
+    byte): 0, then geometric from 1/100 to 10 times T(V) / budget, the overhead a byte of the
+    budget saves when caching all of it would save all of T(V)."""
+    scale = G.total_cost() / max(1, budget)
+    return np.concatenate(([0.0], scale * np.geomspace(1e-2, 1e1, _BOUND_MULTIPLIERS - 1)))
+
+
+_NO_MULTIPLIERS = np.zeros(1)
+
+
+def _remaining_bound(fam, G, budget, deadline, lam=None):
+    """:func:`_kernels.remaining_bound` over the whole family at eq. (2) budget `budget`
+    (bytes): a :class:`_Bound`, a lower bound on the overhead a strategy adds after each set
+    given what it caches there, and per set the least of it (at the least cache, M(∂(L)))."""
     s = fam.sets.shape[0]
-    lb = np.zeros(s, dtype=np.int64)
-    hi = s - 1   # lb[s - 1] = 0: V
+    lam = _multipliers(G, budget) if lam is None else lam
+    g = np.full((s, lam.shape[0]), np.inf)
+    g[s - 1] = 0.0   # V
+    hi = s - 1
     chunk = _limits.Chunker(initial=200_000)
     while hi > 0:
         hi, work = _kernels.remaining_bound(
-            0, hi, chunk.start(), np.int64(budget), fam.sets, fam.class_start, fam.tot_t,
+            0, hi, chunk.start(), np.int64(budget), lam, fam.sets, fam.class_start, fam.tot_t,
             fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
-            G.memory, lb)
+            G.memory, g)
         chunk.done(work)
         if hi > 0:
             deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
                            f"{s} lower sets done)")
-    return lb
+    return _Bound(_least_bound(fam, g, lam, budget), g, lam)
 
 
-def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
+def _least_bound(fam, g, lam, budget):
+    """Per set, the bound of :func:`_kernels.remaining_bound`'s sums `g` for a state caching
+    the least it can there, M(∂(L)), at eq. (2) budget `budget` (bytes): int64 cost units,
+    shape (s,), INF where no sequence goes on (as :func:`_kernels._bound_at`)."""
+    cut = lam[None, :] * (budget - fam.bnd_m)[:, None].astype(np.float64)
+    with np.errstate(invalid="ignore"):   # inf - inf where no sequence goes on
+        least = np.max(g - cut - 1e-9 * (g + cut), axis=1)
+    lb = np.where(np.isfinite(g[:, 0]), np.floor(np.clip(least, 0, _kernels.INF)), _kernels.INF)
+    return lb.astype(np.int64)
+
+
+def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
+    """One pass of :func:`_kernels.dp_fronts` over the family at eq. (2) budget `budget`
+    (bytes) and overhead cap `tcap` (cost units), with the A* `bound` (a :class:`_Bound`) or
+    none: (fstart, fend, ft, fm, fpa, fpe, capped, work)."""
     fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
     T = G.total_cost()
     _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
@@ -232,16 +289,16 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, lb=None):
     scratch_e = np.zeros(T + 1, dtype=np.int64)
     st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0, "work": 0}
     s = fam.sets.shape[0]
-    lb = np.zeros(s, dtype=np.int64) if lb is None else lb
+    lb, g, lam = (np.zeros(s, dtype=np.int64), *_NO_LINES) if bound is None else bound
 
     def step(lo, work_budget, max_entries):
         (st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], _, capped, b, work,
          status) = _kernels.dp_fronts(
-            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb,
-            fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t,
-            fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend, keys[0],
-            keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m, scratch_a,
-            scratch_e)
+            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb, g,
+            lam, fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits,
+            fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend,
+            keys[0], keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m,
+            scratch_a, scratch_e)
         st["capped"] += capped
         st["work"] += work
         return b, work, status, st["used"]
@@ -275,7 +332,8 @@ def _min_budget_search(G, fam, upper, deadline):
 
 
 def _min_budget(G, method, max_lower_sets, deadline):
-    """(minimal budget, its lower-set masks) of `method`, cached on the graph."""
+    """(minimal budget, the segment of each node in its sequence) of `method`, cached on the
+    graph."""
     cache = _cache(G)
     key = ("min_budget", method)
     if key in cache:
@@ -287,11 +345,11 @@ def _min_budget(G, method, max_lower_sets, deadline):
     upper = 2 * G.total_memory()
     if method == "exact" and fam.sets.shape[0] > G.n + 2:
         upper = min(upper, _min_budget(G, "approx", max_lower_sets, deadline)[0])
-    best, chain = _min_budget_search(G, fam, upper, deadline)
+    best, seg = _min_budget_search(G, fam, upper, deadline)
     if best is None:  # pragma: no cover - [V] is always feasible at 2 M(V)
         raise LowersetError("internal error: no feasible strategy found for the minimal budget")
-    cache[key] = (best, chain)
-    return best, chain
+    cache[key] = (best, seg)
+    return best, seg
 
 
 def _check_feasible(G, budget, method, max_lower_sets, deadline):
@@ -365,11 +423,11 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
     deadline = _limits.Deadline(check_time_limit(time_limit))
     method = _resolve(G, method, max_lower_sets, deadline)
-    best, chain = _min_budget(G, method, max_lower_sets, deadline)
+    best, seg = _min_budget(G, method, max_lower_sets, deadline)
     if not return_strategy:
         return best
-    strat = CanonicalStrategy.from_family(G, chain, method=method, mode="min_budget",
-                                          budget=best, planner_seconds=deadline.elapsed())
+    strat = CanonicalStrategy.from_segments(G, seg, method=method, mode="min_budget",
+                                            budget=best, planner_seconds=deadline.elapsed())
     if strat.peak_memory != best:  # pragma: no cover - kernel and eq. (2) disagree
         raise LowersetError(f"internal error: DP peak {best} != eq. (2) peak {strat.peak_memory}")
     return best, strat
@@ -479,14 +537,16 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     Time-centric: the iterative deepening on the overhead cap starts at `start` (cost units;
     default :data:`_FIRST_TCAP`), grows 4x a pass and stops at `overhead_bound` (a pass capped
     there reaches V); states that cannot reach V within the cap are dropped as they appear
-    (:func:`_kernels.remaining_bound`). The bound costs a scan over all pairs of sets, about
-    what one pass's scan costs, so it is computed only on a family (`method`) where some pass
-    has read more front entries than its scan: there it cuts the fronts, elsewhere the scan's
-    own keys already do. With `whole_front` the caps are those alone, so the front of V holds
-    the states up to the same cap whatever the bound. Without it only the optimum is wanted:
-    once the bound is known the cap is at least the bound of the empty set, ``lb0`` (no
-    sequence recomputes less), and its excess over ``lb0`` grows 4x a pass (the optimum and
-    its lower sets do not depend on the caps)."""
+    (A*, :func:`_a_star_bound`). The bound costs a scan over all pairs of sets, so it is
+    computed only on a family (`method`) where some pass has read more front entries than its
+    scan: there it cuts the fronts, elsewhere the scan's own keys already do. With
+    `whole_front` the caps are those alone (less those below the bound of ∅, where no sequence
+    reaches V), so the front of V holds the states up to the same cap whatever the bound. Without it only the optimum is wanted: once the bound is known the
+    cap is at least the bound of the empty set, ``lb0`` (no sequence recomputes less), starts
+    at ``lb0`` times the ratio of optimum to ``lb0`` that the family's last pass with the same
+    kind of bound found (:data:`_RATIO_MARGIN` above it), goes on at `start` if that fails, and
+    then grows its excess over ``lb0`` 4x a pass (the optimum and its lower sets do not depend
+    on the caps)."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -497,18 +557,24 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     cap_max = T
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
-    tcap = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
+    tcap = guess = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
     pays, cache = ("remaining bound pays", method), _cache(G)
     scan = int(fam.class_start.sum())
-    lb, base = None, 0
+    bound, ratio_key, base, failed = None, None, 0, -1
     while True:
-        if lb is None and not maximize and cache.get(pays):
-            # time-centric: states that cannot reach V within the cap are dropped early (A*)
-            lb = _remaining_bound(fam, G, dp_budget, deadline)
-            base = 0 if whole_front else min(cap_max, int(lb[0]))
-            tcap = max(tcap, base)
-        fstart, fend, ft, fm, fpa, fpe, capped, work = _run_front_dp(G, fam, dp_budget,
-                                                                     maximize, deadline, tcap, lb)
+        if bound is None and not maximize and cache.get(pays):
+            bound = _a_star_bound(G, fam, method, dp_budget, cap_max if whole_front else tcap,
+                                  deadline)
+            while whole_front and tcap < min(bound.lb[0], cap_max):
+                tcap = _deeper(tcap, 0, cap_max)   # a cap below the bound of ∅ fails
+            if not whole_front:
+                base = min(cap_max, int(bound.lb[0]))
+                ratio_key = ("bound ratio", method, bound.lam.shape[0])
+                if cache.get(ratio_key):
+                    tcap = min(tcap, int(base * cache[ratio_key] * _RATIO_MARGIN) + 1)
+                tcap = max(tcap, base, failed + 1)
+        fstart, fend, ft, fm, fpa, fpe, capped, work = _run_front_dp(
+            G, fam, dp_budget, maximize, deadline, tcap, bound)
         if work > 2 * scan:
             cache[pays] = True
         # done when V is reached, or when the cap cut nothing (then no cap can help)
@@ -516,16 +582,54 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
             break
         if tcap >= cap_max:  # the bound was not reached after all: deepen to T
             cap_max = T
-        tcap = min(cap_max, base + 4 * max(_FIRST_TCAP, tcap - base))
+        # a start below `start` (from the ratio) that failed goes on there
+        failed = tcap
+        tcap = min(cap_max, guess) if tcap < guess else _deeper(tcap, base, cap_max)
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
+    if ratio_key is not None and base > 0:
+        cache[ratio_key] = int(ft[fstart[last]:fend[last]].min()) / base
     return fstart, fend, ft, fpa, fpe
+
+
+def _deeper(tcap, base, cap_max):
+    """The iterative deepening's next overhead cap: its excess over `base` 4x (cost units)."""
+    return min(cap_max, base + 4 * max(_FIRST_TCAP, tcap - base))
+
+
+def _a_star_bound(G, fam, method, budget, tcap, deadline):
+    """The A* bound (:func:`_remaining_bound`) for a time-centric pass at eq. (2) budget
+    `budget` (bytes) whose cap may reach `tcap` (cost units): without multipliers of the cache,
+    and with them where the cap is at least :data:`_BOUND_MIN_CAP` per multiplier and more than
+    :data:`_SLACK` times the bound without them (elsewhere the fronts are short, or that bound
+    cuts them already, and the multipliers would cost more than they save).
+
+    The sums with multipliers are kept for the family's last :data:`_BOUNDS_KEPT` budgets, and
+    sums made at a budget at most :data:`_BOUND_REUSE` above `budget` serve it: a larger
+    budget allows more transitions, so its sums are at most those at `budget` and the bound
+    they give, with the room left under `budget`, is still a lower bound (a bisection's
+    probes close in on one budget)."""
+    bound = _remaining_bound(fam, G, budget, deadline, _NO_MULTIPLIERS)
+    if tcap < _BOUND_MULTIPLIERS * _BOUND_MIN_CAP or tcap <= bound.lb[0] * _SLACK:
+        return bound
+    kept = _cache(G).setdefault(("bounds", method), {})
+    with _BOUNDS_LOCK:
+        near = [b for b in kept if budget <= b <= budget * (1 + _BOUND_REUSE)]
+        if near:
+            g, lam = kept[min(near)]
+            return _Bound(_least_bound(fam, g, lam, budget), g, lam)
+    bound = _remaining_bound(fam, G, budget, deadline)
+    with _BOUNDS_LOCK:
+        kept[budget] = (bound.g, bound.lam)
+        while len(kept) > _BOUNDS_KEPT:
+            del kept[next(iter(kept))]
+    return bound
 
 
 def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
     """The strategy of front entry `e` of V, checked against eq. (1) and eq. (2)."""
-    strat = CanonicalStrategy.from_family(G, _trace_back(G, fam, fpa, fpe, e), **meta)
+    strat = CanonicalStrategy.from_segments(G, _trace_back(G, fam, fpa, fpe, e), **meta)
     if strat.overhead != overhead or strat.peak_memory > meta["budget"]:  # pragma: no cover
         raise LowersetError(
             f"internal error: DP overhead {overhead} vs eq. (1) {strat.overhead}, "

@@ -120,17 +120,11 @@ class CanonicalStrategy:
         self._set(_segments_of_masks(masks, graph.n), method, mode, budget, planner_seconds)
 
     @classmethod
-    def from_family(cls, graph, masks, **meta):
-        """A strategy from the planner's own lower sets (bool masks, shape (n,), strictly
-        increasing lower sets ending at V), without checking them again; `meta`: `method`,
-        `mode`, `budget`, `planner_seconds` as in the constructor."""
-        return cls.from_segments(graph, _segments_of_masks(masks, graph.n), **meta)
-
-    @classmethod
     def from_segments(cls, graph, seg, **meta):
         """A strategy from the 0-based segment of each node (int64, shape (n,): ``seg[v] = i``
         for v in V_{i+1}; monotone along every edge, every segment 0..max non-empty), without
-        checking it; `meta` as in :meth:`from_family`."""
+        checking it; `meta`: `method`, `mode`, `budget`, `planner_seconds` as in the
+        constructor."""
         self = cls.__new__(cls)
         self.graph = graph
         self._set(np.ascontiguousarray(seg, dtype=np.int64), **meta)

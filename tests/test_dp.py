@@ -8,8 +8,10 @@ approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method
 import itertools
 import os
 import pathlib
+import unittest.mock
 
 import numba
+import numpy as np
 import pytest
 from hypothesis.errors import InvalidArgument
 from hypothesis import example, given, note, settings, strategies as st
@@ -259,19 +261,22 @@ def _cached_bytes(g, seq):
     return sum(int(g.memory[g.index[v]]) for v in U)
 
 
+@pytest.mark.parametrize("a_star", [False, True])
 @settings(max_examples=examples(1.5))
 @given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
-def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(g, data):
+def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(a_star, g, data):
     """dp.time_front lists, for overheads up to its deepening's last cap, exactly the sequences
     within B not dominated in (overhead, M(U)) (one per overhead), the first of them solve's
-    optimum."""
+    optimum; with the A* bound (with the cache's multipliers at every cap) too."""
     seqs = all_sequences(g)
     B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
     if brute_time_centric(g, B, sequences=seqs) is None:
         with pytest.raises(ls.InfeasibleBudgetError):
             ls.dp.time_front(g, B)
         return
-    front = ls.dp.time_front(g, B)
+    ls.dp._cache(g)[("remaining bound pays", "exact")] = a_star
+    with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0):
+        front = ls.dp.time_front(g, B)
     for s in front:
         check_strategy(g, s, B, "time", "exact")
     got = [(s.overhead, _cached_bytes(g, s.lower_sets)) for s in front]
@@ -813,55 +818,109 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
     """The time-centric DP's result does not depend on where its iterative deepening starts
     (``overhead_guess``, too low or too high) or ends (``overhead_bound``, any overhead some
     plan within the budget reaches), nor on whether the A* bound is used (with it, the
-    deepening starts at the bound of ∅): the same lower sets as without them."""
+    deepening starts at the bound of ∅, or at that bound times the ratio of an earlier pass,
+    too low or too high): the same lower sets as without them."""
     lo = ls.min_budget(g, "exact")
     hi = ls.dp.solve(g, 2 * g.total_memory(), mode="memory").peak_memory
     budget = data.draw(st.integers(lo, max(lo, hi)), label="budget")
     plain = ls.dp.solve(g, budget, mode="time")
     feasible = data.draw(st.integers(plain.overhead, max(plain.overhead, g.total_cost())),
                          label="bound")
-    for guess, bound in itertools.product(
+    for guess, (bound, ratio) in itertools.product(
             (None, 1, max(1, plain.overhead // 3), plain.overhead, 4 * plain.overhead + 7),
-            (False, True)):
+            ((False, None), (True, None), (True, 0.5), (True, 1.0), (True, 3.0))):
         fresh = g.with_facts(g.facts)
         ls.dp._cache(fresh)[("remaining bound pays", "exact")] = bound
-        s = ls.dp.solve(fresh, budget, mode="time", overhead_bound=feasible,
-                        overhead_guess=guess)
-        assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), (guess, bound)
+        for k in (1, ls.dp._BOUND_MULTIPLIERS):
+            ls.dp._cache(fresh)[("bound ratio", "exact", k)] = ratio
+        with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0):
+            s = ls.dp.solve(fresh, budget, mode="time", overhead_bound=feasible,
+                            overhead_guess=guess)
+        assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), \
+            (guess, bound, ratio)
 
 
+@pytest.mark.parametrize("multipliers", [True, False])
 @settings(max_examples=examples(0.5), deadline=None)
 @given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
-def test_remaining_bound_is_a_lower_bound_and_prunes_no_plan(g, data):
-    """``_kernels.remaining_bound`` (the A* bound of the time-centric DP) is at most the overhead
-    that every sequence within the budget adds after each of its lower sets (exhaustive
-    search), and the DP passes that use it keep exactly the states of the passes without it,
-    cut at ``tcap - lb[b]``: the same front of V at every cap."""
+def test_remaining_bound_is_a_lower_bound_and_prunes_no_plan(multipliers, g, data):
+    """The A* bound of the time-centric DP (``dp._remaining_bound``: per set, and per set and
+    cache; with the cache's multipliers and without) holds the sums of the relaxed DP
+    recomputed from the naive model's transitions, is at most the overhead that every sequence within the budget adds after each of its
+    lower sets, given what it has cached there (exhaustive search), and the DP passes that use
+    it keep exactly the states of the passes without it that pass both bounds, with the same
+    back-pointers: the same front of V at every cap."""
     seqs = all_sequences(g)
     B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
     never = ls.dp._limits.NO_DEADLINE
     fam = ls.dp._get_family(g, "exact", ls.dp.DEFAULT_MAX_LOWER_SETS, never)
-    lb = ls.dp._remaining_bound(fam, g, B, never)
+    bound = ls.dp._remaining_bound(fam, g, B, never,
+                                   None if multipliers else ls.dp._NO_MULTIPLIERS)
+
+    def at(b, m):   # the bound of a state at set b caching m bytes
+        return ls._kernels._bound_at(bound.g, bound.lam, b, np.int64(B - m))
+
     index = {L: i for i, L in enumerate(ls.lowersets._to_frozensets(g, fam.sets))}
     _, steps = _naive_model(g)
+    # its sums, recomputed from the naive model's transitions, from V down
+    succ, _ = _adjacency(g)
+    mem = {v: int(g.memory[g.index[v]]) for v in g.labels}
+    bnd_m = {L: sum(mem[v] for v in L if succ[v] - L) for L in index}
+    naive = {frozenset(g.labels): [0.0] * len(bound.lam)}
+    for L in sorted(index, key=len, reverse=True)[1:]:
+        sums = [min((dt + lam * dm + naive[L2][k]
+                     for (L1, L2), (dt, dm, need) in steps.items()
+                     if L1 == L and L2 in naive and bnd_m[L] + need <= B), default=np.inf)
+                for k, lam in enumerate(bound.lam)]
+        if sums[0] < np.inf:
+            naive[L] = sums
+    for L, i in index.items():
+        want = naive.get(L, [np.inf] * len(bound.lam))
+        assert np.allclose(bound.g[i], want, rtol=1e-9, atol=1e-9), (sorted(L), bound.g[i], want)
+    # the sums made at a larger budget serve B (dp._a_star_bound keeps them for that)
+    above = ls.dp._remaining_bound(fam, g, data.draw(st.integers(B, 2 * B + 1), label="B2"),
+                                   never, None if multipliers else ls.dp._NO_MULTIPLIERS)
+    above_lb = ls.dp._least_bound(fam, above.g, above.lam, B)
     for _, peak, seq in seqs:
         if peak > B:
             continue
-        prev, dts = frozenset(), []
+        prev, dts, cached = frozenset(), [], [0]
         for L in seq:
             dts.append(steps[prev, L][0])
+            cached.append(cached[-1] + steps[prev, L][1])
             prev = L
-        after = [sum(dts[i + 1:]) for i in range(len(seq))]
-        assert lb[0] <= sum(dts)
-        for L, rest in zip(seq, after):
-            assert lb[index[L]] <= rest, (sorted(L), rest)
+        assert bound.lb[0] <= sum(dts) and at(0, 0) <= sum(dts)
+        for i, L in enumerate(seq):
+            rest = sum(dts[i + 1:])
+            assert bound.lb[index[L]] <= rest, (sorted(L), rest)
+            assert at(index[L], cached[i + 1]) <= rest, (sorted(L), cached[i + 1], rest)
+            assert above_lb[index[L]] <= rest
+            assert ls._kernels._bound_at(above.g, above.lam, index[L],
+                                         np.int64(B - cached[i + 1])) <= rest
     last = fam.sets.shape[0] - 1
     T = g.total_cost()
-    for tcap in sorted({0, 1, int(lb[0]), T // 2, T}):
+    for tcap in sorted({0, 1, int(bound.lb[0]), T // 2, T}):
         plain = ls.dp._run_front_dp(g, fam, B, False, never, tcap)
-        cut = ls.dp._run_front_dp(g, fam, B, False, never, tcap, lb)
+        cut = ls.dp._run_front_dp(g, fam, B, False, never, tcap, bound)
         for b in range(1, fam.sets.shape[0]):   # set 0 (∅) holds the root entry in both
-            keep = [(int(plain[2][e]), int(plain[3][e])) for e in range(plain[0][b], plain[1][b])
-                    if plain[2][e] <= tcap - lb[b]]
-            assert keep == [(int(cut[2][e]), int(cut[3][e])) for e in range(cut[0][b], cut[1][b])]
+            keep = [(int(plain[2][e]), int(plain[3][e]), int(plain[4][e]))
+                    for e in range(plain[0][b], plain[1][b])
+                    if plain[2][e] <= tcap - bound.lb[b]
+                    and plain[2][e] + at(b, plain[3][e]) <= tcap]
+            got = [(int(cut[2][e]), int(cut[3][e]), int(cut[4][e]))
+                   for e in range(cut[0][b], cut[1][b])]
+            assert keep == got
         assert cut[1][last] - cut[0][last] == plain[1][last] - plain[0][last]
+
+
+@pytest.mark.parametrize("n, budget", [(30, 120), (100, 300), (100, 600)])
+def test_remaining_bound_is_close_to_the_optimum_on_a_chain(n, budget):
+    """On a chain of equal nodes the cache is what limits recomputation, and the bound weighs
+    it: at the empty set it is within 15% of the DP's optimum (hand-checked: 17 of 20, 68 of
+    72, 37 of 42 cost units), where the bound that ignores the cache gives about 1."""
+    g = ls.Graph.chain(n, memory=10)
+    never = ls.dp._limits.NO_DEADLINE
+    fam = ls.dp._get_family(g, "exact", ls.dp.DEFAULT_MAX_LOWER_SETS, never)
+    lb0 = ls.dp._remaining_bound(fam, g, budget, never).lb[0]
+    opt = ls.dp.solve(g, budget).overhead
+    assert 0.85 * opt <= lb0 <= opt
