@@ -180,6 +180,25 @@ def ancestor_sets(n, n_words, pred_ptr, pred_idx):
 
 
 @njit(cache=True)
+def segments_of_path(sets, path, n):
+    """The 0-based segment of each node (int64, shape (n,)) of the lower-set sequence
+    ``sets[path[0]] ⊊ sets[path[1]] ⊊ ...`` (ascending, ending at V): ``seg[v] = i`` for v in
+    ``sets[path[i]]`` but not in the sets before it."""
+    seg = np.zeros(n, dtype=np.int64)
+    n_words = sets.shape[1]
+    for i in range(path.shape[0]):
+        for w in range(n_words):
+            new = sets[path[i], w]
+            if i > 0:
+                new &= ~sets[path[i - 1], w]
+            if new != 0:
+                for bit in range(64):
+                    if (new >> np.uint64(bit)) & np.uint64(1):
+                        seg[w * 64 + bit] = i
+    return seg
+
+
+@njit(cache=True)
 def is_lower_set_bits(bits, n, pred_ptr, pred_idx):
     """Return -1 if `bits` is a lower set, else the id of a member with a predecessor outside."""
     for v in range(n):

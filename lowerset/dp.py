@@ -15,7 +15,7 @@ import numpy as np
 from . import _kernels, _limits
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import InfeasibleBudgetError, LowersetError, SearchLimitError
-from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family, mask_of_bits
+from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family
 from .strategy import CanonicalStrategy
 
 __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
@@ -194,14 +194,13 @@ def _drive(fam, deadline, step, what, entry_cap):
 
 def _trace_back(G, fam, fpa, fpe, entry):
     """The sequence ending at front `entry` of V, as the 0-based segment of each node (int64,
-    shape (n,)): the number of its lower sets that leave the node out."""
+    shape (n,))."""
     path = []
     a, e = fam.sets.shape[0] - 1, entry
     while a > 0:
         path.append(a)
         a, e = fpa[e], fpe[e]
-    inside = mask_of_bits(fam.sets[path], G.n).sum(axis=0, dtype=np.int64)
-    return len(path) - inside
+    return _kernels.segments_of_path(fam.sets, np.array(path[::-1], dtype=np.int64), G.n)
 
 
 def _new_fronts(fam):
@@ -562,15 +561,16 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     scan = int(fam.class_start.sum())
     bound, ratio_key, base, failed = None, None, 0, -1
     while True:
-        if bound is None and not maximize and cache.get(pays):
-            bound = _a_star_bound(G, fam, method, dp_budget, cap_max if whole_front else tcap,
-                                  deadline)
+        reach = cap_max if whole_front else tcap
+        if not maximize and cache.get(pays) and (bound is None or (
+                bound.lam.shape[0] == 1 and _priced_pays(reach, bound))):
+            bound = _a_star_bound(G, fam, method, dp_budget, reach, deadline, bound)
             while whole_front and tcap < min(bound.lb[0], cap_max):
                 tcap = _deeper(tcap, 0, cap_max)   # a cap below the bound of ∅ fails
             if not whole_front:
                 base = min(cap_max, int(bound.lb[0]))
                 ratio_key = ("bound ratio", method, bound.lam.shape[0])
-                if cache.get(ratio_key):
+                if base > 0 and cache.get(ratio_key):
                     tcap = min(tcap, int(base * cache[ratio_key] * _RATIO_MARGIN) + 1)
                 tcap = max(tcap, base, failed + 1)
         fstart, fend, ft, fm, fpa, fpe, capped, work = _run_front_dp(
@@ -598,21 +598,29 @@ def _deeper(tcap, base, cap_max):
     return min(cap_max, base + 4 * max(_FIRST_TCAP, tcap - base))
 
 
-def _a_star_bound(G, fam, method, budget, tcap, deadline):
+def _priced_pays(tcap, scalar):
+    """Whether the A* bound with multipliers of the cache pays for a pass capped at `tcap`
+    (cost units), given the bound without them: where the cap is at least
+    :data:`_BOUND_MIN_CAP` per multiplier and more than :data:`_SLACK` times that bound
+    (elsewhere the fronts are short, or that bound cuts them already, and the multipliers
+    would cost more than they save)."""
+    return tcap >= _BOUND_MULTIPLIERS * _BOUND_MIN_CAP and tcap > scalar.lb[0] * _SLACK
+
+
+def _a_star_bound(G, fam, method, budget, tcap, deadline, scalar=None):
     """The A* bound (:func:`_remaining_bound`) for a time-centric pass at eq. (2) budget
-    `budget` (bytes) whose cap may reach `tcap` (cost units): without multipliers of the cache,
-    and with them where the cap is at least :data:`_BOUND_MIN_CAP` per multiplier and more than
-    :data:`_SLACK` times the bound without them (elsewhere the fronts are short, or that bound
-    cuts them already, and the multipliers would cost more than they save).
+    `budget` (bytes) whose cap may reach `tcap` (cost units): without multipliers of the cache
+    (`scalar`, when given), and with them where :func:`_priced_pays`.
 
     The sums with multipliers are kept for the family's last :data:`_BOUNDS_KEPT` budgets, and
     sums made at a budget at most :data:`_BOUND_REUSE` above `budget` serve it: a larger
     budget allows more transitions, so its sums are at most those at `budget` and the bound
     they give, with the room left under `budget`, is still a lower bound (a bisection's
     probes close in on one budget)."""
-    bound = _remaining_bound(fam, G, budget, deadline, _NO_MULTIPLIERS)
-    if tcap < _BOUND_MULTIPLIERS * _BOUND_MIN_CAP or tcap <= bound.lb[0] * _SLACK:
-        return bound
+    if scalar is None:
+        scalar = _remaining_bound(fam, G, budget, deadline, _NO_MULTIPLIERS)
+    if not _priced_pays(tcap, scalar):
+        return scalar
     kept = _cache(G).setdefault(("bounds", method), {})
     with _BOUNDS_LOCK:
         near = [b for b in kept if budget <= b <= budget * (1 + _BOUND_REUSE)]
