@@ -32,10 +32,11 @@ _FIRST_TCAP = 4
 # optimum to lb0 in the family's last pass, times this margin (neighbouring budgets' ratios
 # differ by a few per cent)
 _RATIO_MARGIN = 1.04
-# multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used for
-# caps of at least _BOUND_MIN_CAP cost units per multiplier and _SLACK times the bound without
-# them (:func:`_a_star_bound`)
+# multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used on a
+# family where a pass has read _PRICES_PAY times its scan, for caps of at least _BOUND_MIN_CAP
+# cost units per multiplier and _SLACK times the bound without them (:func:`_a_star_bound`)
 _BOUND_MULTIPLIERS = 64
+_PRICES_PAY = 32
 _BOUND_MIN_CAP = 8
 _SLACK = 1.125
 # sums with multipliers kept per family, and how far above a budget they may serve it
@@ -538,7 +539,8 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     there reaches V); states that cannot reach V within the cap are dropped as they appear
     (A*, :func:`_a_star_bound`). The bound costs a scan over all pairs of sets, so it is
     computed only on a family (`method`) where some pass has read more front entries than its
-    scan: there it cuts the fronts, elsewhere the scan's own keys already do. With
+    scan: there it cuts the fronts, elsewhere the scan's own keys already do; and its prices of
+    the cache (64 sums per pair) only where some pass has read :data:`_PRICES_PAY` times more. With
     `whole_front` the caps are those alone (less those below the bound of ∅, where no sequence
     reaches V), so the front of V holds the states up to the same cap whatever the bound. Without it only the optimum is wanted: once the bound is known the
     cap is at least the bound of the empty set, ``lb0`` (no sequence recomputes less), starts
@@ -557,11 +559,11 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     if overhead_bound is not None and not maximize:
         cap_max = min(T, max(0, int(overhead_bound)))
     tcap = guess = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
-    pays, cache = ("remaining bound pays", method), _cache(G)
+    pays, prices, cache = ("remaining bound pays", method), ("prices pay", method), _cache(G)
     scan = int(fam.class_start.sum())
     bound, ratio_key, base, failed = None, None, 0, -1
     while True:
-        reach = cap_max if whole_front else tcap
+        reach = (cap_max if whole_front else tcap) if cache.get(prices) else 0
         if not maximize and cache.get(pays) and (bound is None or (
                 bound.lam.shape[0] == 1 and _priced_pays(reach, bound))):
             bound = _a_star_bound(G, fam, method, dp_budget, reach, deadline, bound)
@@ -577,6 +579,8 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
             G, fam, dp_budget, maximize, deadline, tcap, bound)
         if work > 2 * scan:
             cache[pays] = True
+        if work > _PRICES_PAY * scan:
+            cache[prices] = True
         # done when V is reached, or when the cap cut nothing (then no cap can help)
         if fend[last] > fstart[last] or tcap >= T or capped == 0:
             break

@@ -275,6 +275,7 @@ def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(a_star, g, 
             ls.dp.time_front(g, B)
         return
     ls.dp._cache(g)[("remaining bound pays", "exact")] = a_star
+    ls.dp._cache(g)[("prices pay", "exact")] = a_star
     with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0):
         front = ls.dp.time_front(g, B)
     for s in front:
@@ -831,6 +832,7 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
             ((False, None), (True, None), (True, 0.5), (True, 1.0), (True, 3.0))):
         fresh = g.with_facts(g.facts)
         ls.dp._cache(fresh)[("remaining bound pays", "exact")] = bound
+        ls.dp._cache(fresh)[("prices pay", "exact")] = bound
         for k in (1, ls.dp._BOUND_MULTIPLIERS):
             ls.dp._cache(fresh)[("bound ratio", "exact", k)] = ratio
         with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0):
