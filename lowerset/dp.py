@@ -539,15 +539,13 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     there reaches V); states that cannot reach V within the cap are dropped as they appear
     (A*, :func:`_a_star_bound`). The bound costs a scan over all pairs of sets, so it is
     computed only on a family (`method`) where some pass has read more front entries than its
-    scan: there it cuts the fronts, elsewhere the scan's own keys already do; and its prices of
-    the cache (64 sums per pair) only where some pass has read :data:`_PRICES_PAY` times more. With
-    `whole_front` the caps are those alone (less those below the bound of ∅, where no sequence
-    reaches V), so the front of V holds the states up to the same cap whatever the bound. Without it only the optimum is wanted: once the bound is known the
-    cap is at least the bound of the empty set, ``lb0`` (no sequence recomputes less), starts
-    at ``lb0`` times the ratio of optimum to ``lb0`` that the family's last pass with the same
-    kind of bound found (:data:`_RATIO_MARGIN` above it), goes on at `start` if that fails, and
-    then grows its excess over ``lb0`` 4x a pass (the optimum and its lower sets do not depend
-    on the caps)."""
+    scan: there it cuts the fronts, elsewhere the scan's own keys already do; its prices of the
+    cache (64 sums per pair) only where some pass has read :data:`_PRICES_PAY` times more.
+
+    With `whole_front` the caps are those alone (less those below the bound of ∅, where no
+    sequence reaches V), so the front of V holds the states up to the same cap whatever the
+    bound. Without it only the optimum is wanted, and the caps follow the bound
+    (:func:`_start_at_bound`); the optimum and its lower sets do not depend on the caps."""
     # eq. (2) never exceeds about 6 M(V) <= 6 * 2**56 bytes: a larger budget is no constraint
     dp_budget = min(budget, _kernels.INF)
     last = fam.sets.shape[0] - 1
@@ -563,18 +561,17 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     scan = int(fam.class_start.sum())
     bound, ratio_key, base, failed = None, None, 0, -1
     while True:
+        # the caps the pass may reach, for the prices of the cache (0: none)
         reach = (cap_max if whole_front else tcap) if cache.get(prices) else 0
         if not maximize and cache.get(pays) and (bound is None or (
                 bound.lam.shape[0] == 1 and _priced_pays(reach, bound))):
             bound = _a_star_bound(G, fam, method, dp_budget, reach, deadline, bound)
-            while whole_front and tcap < min(bound.lb[0], cap_max):
-                tcap = _deeper(tcap, 0, cap_max)   # a cap below the bound of ∅ fails
-            if not whole_front:
-                base = min(cap_max, int(bound.lb[0]))
+            if whole_front:
+                while tcap < min(bound.lb[0], cap_max):
+                    tcap = _deeper(tcap, 0, cap_max)   # a cap below the bound of ∅ fails
+            else:
                 ratio_key = ("bound ratio", method, bound.lam.shape[0])
-                if base > 0 and cache.get(ratio_key):
-                    tcap = min(tcap, int(base * cache[ratio_key] * _RATIO_MARGIN) + 1)
-                tcap = max(tcap, base, failed + 1)
+                tcap, base = _start_at_bound(bound, tcap, cap_max, failed, cache.get(ratio_key))
         fstart, fend, ft, fm, fpa, fpe, capped, work = _run_front_dp(
             G, fam, dp_budget, maximize, deadline, tcap, bound)
         if work > 2 * scan:
@@ -597,6 +594,18 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     return fstart, fend, ft, fpa, fpe
 
 
+def _start_at_bound(bound, tcap, cap_max, failed, ratio):
+    """(overhead cap, base) of the time-centric deepening once its A* `bound` is known (cost
+    units): the base is the bound of ∅, ``lb0`` (no sequence recomputes less); the cap is at
+    least ``lb0`` and above the last cap that `failed`, and at most ``lb0`` times `ratio` (the
+    optimum over ``lb0`` in the family's last pass with this kind of bound, or None) times
+    :data:`_RATIO_MARGIN`, or the cap so far `tcap`."""
+    base = min(cap_max, int(bound.lb[0]))
+    if base > 0 and ratio:
+        tcap = min(tcap, int(base * ratio * _RATIO_MARGIN) + 1)
+    return max(tcap, base, failed + 1), base
+
+
 def _deeper(tcap, base, cap_max):
     """The iterative deepening's next overhead cap: its excess over `base` 4x (cost units)."""
     return min(cap_max, base + 4 * max(_FIRST_TCAP, tcap - base))
@@ -614,7 +623,8 @@ def _priced_pays(tcap, scalar):
 def _a_star_bound(G, fam, method, budget, tcap, deadline, scalar=None):
     """The A* bound (:func:`_remaining_bound`) for a time-centric pass at eq. (2) budget
     `budget` (bytes) whose cap may reach `tcap` (cost units): without multipliers of the cache
-    (`scalar`, when given), and with them where :func:`_priced_pays`.
+    (`scalar`, when given), and with them where :func:`_priced_pays` and the sums kept fit in a
+    quarter of :func:`lowerset._limits.memory_cap`.
 
     The sums with multipliers are kept for the family's last :data:`_BOUNDS_KEPT` budgets, and
     sums made at a budget at most :data:`_BOUND_REUSE` above `budget` serve it: a larger
@@ -623,8 +633,10 @@ def _a_star_bound(G, fam, method, budget, tcap, deadline, scalar=None):
     probes close in on one budget)."""
     if scalar is None:
         scalar = _remaining_bound(fam, G, budget, deadline, _NO_MULTIPLIERS)
-    if not _priced_pays(tcap, scalar):
-        return scalar
+    cap = _limits.memory_cap()
+    kept_bytes = 8 * fam.sets.shape[0] * _BOUND_MULTIPLIERS * (_BOUNDS_KEPT + 1)
+    if not _priced_pays(tcap, scalar) or (cap is not None and kept_bytes > cap // 4):
+        return scalar   # the sums kept stay within a quarter of the memory a call may plan
     kept = _cache(G).setdefault(("bounds", method), {})
     with _BOUNDS_LOCK:
         near = [b for b in kept if budget <= b <= budget * (1 + _BOUND_REUSE)]

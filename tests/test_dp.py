@@ -848,10 +848,11 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
 def test_remaining_bound_is_a_lower_bound_and_prunes_no_plan(multipliers, g, data):
     """The A* bound of the time-centric DP (``dp._remaining_bound``: per set, and per set and
     cache; with the cache's multipliers and without) holds the sums of the relaxed DP
-    recomputed from the naive model's transitions, is at most the overhead that every sequence within the budget adds after each of its
-    lower sets, given what it has cached there (exhaustive search), and the DP passes that use
-    it keep exactly the states of the passes without it that pass both bounds, with the same
-    back-pointers: the same front of V at every cap."""
+    recomputed from the naive model's transitions; it is at most the overhead that every
+    sequence within the budget adds after each of its lower sets, given what it has cached
+    there (exhaustive search), also from sums made at a larger budget; and the DP passes that
+    use it keep exactly the states of the passes without it that pass both bounds, with the
+    same back-pointers: the same front of V at every cap."""
     seqs = all_sequences(g)
     B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
     never = ls.dp._limits.NO_DEADLINE
