@@ -465,8 +465,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         the overhead cap then stops at it; the result is the same, found faster.
     overhead_guess : int, optional
         Time-centric mode: a guess of the optimum (cost units). The deepening starts at it (at
-        most `overhead_bound`) instead of at 4 cost units; the result is the same, found
-        faster when the guess is close.
+        most `overhead_bound`) instead of at 4 cost units, or below it where the A* bound
+        points lower; the result is the same, found faster when the guess is close.
 
     Returns
     -------

@@ -267,7 +267,7 @@ def _cached_bytes(g, seq):
 def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(a_star, g, data):
     """dp.time_front lists, for overheads up to its deepening's last cap, exactly the sequences
     within B not dominated in (overhead, M(U)) (one per overhead), the first of them solve's
-    optimum; with the A* bound (with the cache's multipliers at every cap) too."""
+    optimum; with the A* bound (priced wherever the unpriced one leaves slack) too."""
     seqs = all_sequences(g)
     B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
     if brute_time_centric(g, B, sequences=seqs) is None:
