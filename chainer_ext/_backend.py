@@ -10,7 +10,7 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _cupy_import_error = e
 
 __all__ = ["cupy", "cupy_available", "require_cupy", "is_cupy_array", "array_types",
-           "synchronize", "root_buffer", "device_of", "pool_peak_hook"]
+           "synchronize", "root_buffer", "device_of", "OwnBytes", "pool_peak_hook"]
 
 
 def cupy_available():
@@ -74,19 +74,59 @@ def device_of(arrays):
     return "gpu" if any(is_cupy_array(a) for a in arrays) else "cpu"
 
 
+class OwnBytes:
+    """Bytes of the blocks allocated since counting started and not freed yet, and their peak:
+    what :mod:`tracemalloc` counts on the CPU, for CuPy's memory pool (:func:`pool_peak_hook`).
+
+    A block that existed before counting started is not counted when it is freed, so a step
+    that drops arrays made earlier (the gradients of the previous step) is measured from its
+    own allocations, as on the CPU. Sizes are the pool's rounded block sizes (``mem_size``),
+    as ``MemoryPool.used_bytes`` counts them.
+
+    Attributes
+    ----------
+    current : int
+        Bytes (of blocks allocated since counting started) in use now.
+    peak : int
+        Highest `current` since counting started or :meth:`reset_peak`.
+    """
+
+    def __init__(self):
+        self._live = {}
+        self.current = self.peak = 0
+
+    def allocated(self, ptr, size):
+        """Count block `ptr` of `size` bytes."""
+        self._live[ptr] = size
+        self.current += size
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def freed(self, ptr):
+        """Uncount block `ptr` (nothing if it was allocated before counting started)."""
+        self.current -= self._live.pop(ptr, 0)
+
+    def reset_peak(self):
+        """Forget the peak so far (it becomes `current`)."""
+        self.peak = self.current
+
+
 def pool_peak_hook():  # pragma: no cover - GPU
-    """A CuPy memory hook on the default pool that keeps the highest ``used_bytes`` seen after
-    any allocation in its ``peak`` attribute."""
+    """A CuPy memory hook on the default pool that counts, as an :class:`OwnBytes`, the blocks
+    the pool hands out while the hook is registered (``with hook:``): ``hook.current``,
+    ``hook.peak`` and ``hook.reset_peak()``."""
     require_cupy("pool_peak_hook")
 
-    class _PoolPeakHook(cupy.cuda.MemoryHook):
+    class _PoolPeakHook(cupy.cuda.MemoryHook, OwnBytes):
         name = "chainer_ext_pool_peak"
 
         def __init__(self):
-            self.pool = cupy.get_default_memory_pool()
-            self.peak = self.pool.used_bytes()
+            OwnBytes.__init__(self)
 
         def malloc_postprocess(self, **kwargs):
-            self.peak = max(self.peak, self.pool.used_bytes())
+            self.allocated(kwargs["mem_ptr"], kwargs["mem_size"])
+
+        def free_postprocess(self, **kwargs):
+            self.freed(kwargs["mem_ptr"])
 
     return _PoolPeakHook()

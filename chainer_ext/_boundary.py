@@ -14,7 +14,9 @@ On CPU a sample reads ``tracemalloc.get_traced_memory()[0]``: the bytes of every
 allocated since tracing started and still alive. That is NumPy's buffers (domain
 ``np.lib.tracemalloc_domain``) *and* the Python objects created during the step (Variables,
 FunctionNodes: a few kilobytes per function), as in :class:`chainer_ext.PeakMemoryHook`, so the
-two figures are comparable. On GPU it reads ``used_bytes()`` of CuPy's default pool.
+two figures are comparable. On GPU it reads the bytes that the :class:`PeakMemoryHook`'s CuPy
+memory hook counts (blocks of the default pool handed out since measuring started): the
+recorder is given that meter's reader.
 
 Hook order
 ----------
@@ -31,24 +33,25 @@ import tracemalloc
 
 import chainer
 
-from . import _backend
-
 __all__ = ["BoundaryRecorder", "BoundarySampler", "sampling"]
 
 
-def _memory_reader(device):
-    """Return a function giving the bytes in use now on `device` ("cpu" or "gpu").
+def _memory_reader(device, read):
+    """Return a function giving the bytes in use now on `device` ("cpu" or "gpu"): `read` if
+    given, else tracemalloc's current bytes on "cpu".
 
     Raises
     ------
     ValueError
-        If `device` is not "cpu" or "gpu".
+        If `device` is not "cpu" or "gpu", or is "gpu" and `read` is None.
     """
-    if device == "cpu":
-        return lambda: tracemalloc.get_traced_memory()[0]
-    if device == "gpu":  # pragma: no cover - GPU
-        return _backend.cupy.get_default_memory_pool().used_bytes
-    raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if read is not None:
+        return read
+    if device == "gpu":
+        raise ValueError("a BoundaryRecorder on 'gpu' needs `read` (PeakMemoryHook.current)")
+    return lambda: tracemalloc.get_traced_memory()[0]
 
 
 class BoundaryRecorder:
@@ -60,6 +63,9 @@ class BoundaryRecorder:
         "cpu" needs :mod:`tracemalloc` to be tracing while samples are taken.
     params : iterable of chainer.Parameter, optional
         Parameters whose gradients are subtracted for :attr:`peak_without_grads`.
+    read : callable, optional
+        Returns the bytes in use now; default on "cpu": tracemalloc's current bytes. Required
+        on "gpu" (:meth:`chainer_ext.PeakMemoryHook.current`).
 
     Attributes
     ----------
@@ -83,8 +89,8 @@ class BoundaryRecorder:
     are ``None`` for the inputs a function does not retain (a bias, a BatchNormalization beta).
     """
 
-    def __init__(self, device="cpu", params=()):
-        self._read = _memory_reader(device)
+    def __init__(self, device="cpu", params=(), read=None):
+        self._read = _memory_reader(device, read)
         self.device = device
         params = [p for p in params if p.array is not None]
         self._nodes = [p.node for p in params]  # held: their ids key _param_bytes

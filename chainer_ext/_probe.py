@@ -2,8 +2,9 @@
 measures around each forward and backward call (their transient workspace).
 
 On CPU the probe reads :mod:`tracemalloc` (NumPy reports its buffers to it; Python objects made
-meanwhile are counted too); on GPU it reads CuPy's default memory pool, whose ``used_bytes`` it
-samples after every allocation.
+meanwhile are counted too); on GPU it counts the blocks CuPy's default memory pool hands out
+(:func:`chainer_ext._backend.pool_peak_hook`). Both count only what is allocated while the probe
+is entered.
 """
 
 import tracemalloc
@@ -55,14 +56,14 @@ class MemoryProbe:
         """Bytes in use now."""
         if self.device == "cpu":
             return tracemalloc.get_traced_memory()[0]
-        return self._hook.pool.used_bytes()  # pragma: no cover - GPU
+        return self._hook.current  # pragma: no cover - GPU
 
     def mark(self):
         """Forget the peak so far; return the level now."""
         if self.device == "cpu":
             tracemalloc.reset_peak()
         else:  # pragma: no cover - GPU
-            self._hook.peak = self._hook.pool.used_bytes()
+            self._hook.reset_peak()
         return self.level()
 
     def peak(self):

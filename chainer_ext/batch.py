@@ -25,8 +25,9 @@ What "fits" means depends on the device:
 
 - **GPU**: the limit is enforced. The step runs with CuPy's memory pool limited to
   ``memory_limit`` bytes (``MemoryPool.set_limit``); it fits if it completes, and does not if
-  CuPy raises ``cupy.cuda.memory.OutOfMemoryError``. The measured peak is the pool's highest
-  ``used_bytes`` during the step, everything on the pool included.
+  CuPy raises ``cupy.cuda.memory.OutOfMemoryError``. The measured peak is the pool's
+  ``used_bytes`` at the start plus the highest bytes of the blocks the step allocates and still
+  holds (:func:`chainer_ext.peak_memory`), everything on the pool included.
 - **CPU**: nothing enforces the limit (NumPy allocates what it is asked). The step fits if its
   measured whole-step peak is at most ``memory_limit``: the highest bytes in use during the
   step above the start (tracemalloc, :func:`chainer_ext.peak_memory`) plus the resident bytes of

@@ -3,8 +3,10 @@
 Numbers are measured, not estimated. On CPU, NumPy reports its buffers to :mod:`tracemalloc`
 (domain ``np.lib.tracemalloc_domain``); tracemalloc's peak counts every traced allocation, so the
 figure also includes the Python objects created during the call (graph nodes, Variables: a few
-kilobytes per function, small next to the arrays). On GPU, the peak is the largest
-``MemoryPool.used_bytes()`` seen after any allocation of CuPy's default pool.
+kilobytes per function, small next to the arrays). On GPU, a CuPy memory hook counts the blocks
+CuPy's default pool hands out during the call and not yet given back
+(:class:`chainer_ext._backend.OwnBytes`). Both count only what the call allocates: an array made
+before it and freed during it (the previous step's gradients) does not lower the figure.
 
 :func:`peak_memory` also reports the *boundary peak*, the highest memory in use at function
 boundaries (``_boundary.py``), and the figures of the README's Table 1
@@ -154,7 +156,7 @@ class PeakMemoryHook(chainer.FunctionHook):
         if device == "gpu":
             _backend.require_cupy("PeakMemoryHook(device='gpu')")
         self.device = device
-        self._peak = 0
+        self._peak = self._base = 0
         self._cupy_hook = None
 
     def __enter__(self):
@@ -181,7 +183,7 @@ class PeakMemoryHook(chainer.FunctionHook):
             tracemalloc.start()
             self._base = tracemalloc.get_traced_memory()[0]
         else:  # pragma: no cover - GPU
-            self._cupy_hook = _CupyPeakHook()
+            self._cupy_hook = _backend.pool_peak_hook()
             self._cupy_hook.__enter__()
 
     def stop(self, *exc):
@@ -191,7 +193,14 @@ class PeakMemoryHook(chainer.FunctionHook):
             tracemalloc.stop()
         else:  # pragma: no cover - GPU
             self._cupy_hook.__exit__(*(exc or (None, None, None)))
-            self._peak = self._cupy_hook.peak - self._cupy_hook.base
+            self._peak = self._cupy_hook.peak
+
+    def current(self):
+        """Bytes allocated since measuring started and still in use (0 before it starts)."""
+        if self.device == "cpu":
+            return tracemalloc.get_traced_memory()[0] - self._base if tracemalloc.is_tracing() \
+                else 0
+        return 0 if self._cupy_hook is None else self._cupy_hook.current  # pragma: no cover
 
     def total_peak(self):
         """Peak bytes above the baseline at ``__enter__`` (int)."""
@@ -204,19 +213,6 @@ class PeakMemoryHook(chainer.FunctionHook):
     def print_report(self, file=sys.stdout):
         """Write a one-line report to `file`."""
         file.write(f"peak: {self.total_peak():,} bytes ({self.device})\n")
-
-
-if _backend.cupy is not None:  # pragma: no cover - GPU
-    class _CupyPeakHook(_backend.cupy.cuda.MemoryHook):
-        name = "chainer_ext_peak"
-
-        def __init__(self):
-            self.pool = _backend.cupy.get_default_memory_pool()
-            self.base = self.pool.used_bytes()
-            self.peak = self.base
-
-        def malloc_postprocess(self, **kwargs):
-            self.peak = max(self.peak, self.pool.used_bytes())
 
 
 def _params_of(params):
@@ -332,7 +328,8 @@ def peak_memory(fn, *, params=None, device=None, hooks=()):
     made_before = {id(p) for p in ps if p.array is not None}
     earlier = tuple(chainer.get_function_hooks())
     meter = PeakMemoryHook(device)
-    recorder = _boundary.BoundaryRecorder(device, ps)
+    recorder = _boundary.BoundaryRecorder(device, ps,
+                                          read=meter.current if device == "gpu" else None)
     with _boundary.sampling(recorder, hooks) as last_sampler, _measuring(meter):
         recorder.start()
         fn()

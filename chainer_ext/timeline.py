@@ -131,8 +131,10 @@ def measure_timeline(loss_fn, plan, *, params=None):
         probe = _backend.pool_peak_hook()
         stack = contextlib.ExitStack()
         stack.enter_context(probe)
-        base = probe.pool.used_bytes()
-        read = probe.pool.used_bytes
+        base = 0  # the probe counts the blocks handed out since it was entered
+
+        def read():
+            return probe.current
     else:
         if tracemalloc.is_tracing():
             raise RuntimeError("tracemalloc is already tracing; stop it before measuring")

@@ -26,11 +26,14 @@
 #   torch [ARGS]   the CUDA tests of torch_ext (pytest -m gpu tests/torch_ext ARGS) with the
 #                  machine's PyTorch, then examples/bench_torch.py --preset gpu (Chainer off
 #                  the path)
-#   all            everything above within ALL_SECONDS (default 540) in three parallel streams,
+#   all            everything above within ALL_SECONDS (default 540) in four parallel streams,
 #                  each step cut off at the deadline: check; the Chainer GPU tests (no -x) then
 #                  table1 for ResNet-50 at the paper's batch; the torch GPU tests then
-#                  bench_torch --preset gpu for resnet50 and gpt; bench_torch for mlp and unet.
-#                  Writes check.log, chainer.log, torch.log, torch2.log and results.tgz to $OUT
+#                  bench_torch --preset gpu for resnet50 and gpt; bench_torch for mlp (one timing
+#                  round) and unet;
+#                  table1 for the other six networks at the paper's batch, one call each
+#                  (Chen's, ApproxDP+MC, ExactDP+TC). Writes check.log, chainer.log, torch.log, torch2.log,
+#                  table1.log and results.tgz to $OUT
 #                  (or gpu-results/). The times of a stream are measured with the others
 #                  beside it on the same GPU. One device call of 600 s:
 #                    bash scripts/gpu_device.sh all
@@ -150,11 +153,18 @@ run_all() {
         done
     ) > "$out/torch.log" 2>&1 &
     (
-        for m in mlp unet; do
-            bounded 260 env PYTHONPATH="$ROOT" "$PY" examples/bench_torch.py --preset gpu \
-                --models "$m" --out "$out/results/torch_$m"
-        done
+        # the MLP's step takes about 4 s at its batch: one timing round fits the deadline
+        bounded 300 env PYTHONPATH="$ROOT" "$PY" examples/bench_torch.py --preset gpu \
+            --models mlp --rounds 1 --out "$out/results/torch_mlp"
+        bounded 200 env PYTHONPATH="$ROOT" "$PY" examples/bench_torch.py --preset gpu \
+            --models unet --out "$out/results/torch_unet"
     ) > "$out/torch2.log" 2>&1 &
+    (
+        for m in vgg19 unet googlenet resnet152 pspnet densenet161; do
+            bounded 300 bash "$self" table1 --preset paper --device gpu --networks "$m" \
+                --methods chen approx-mc exact-tc --time-limit 60 --out "$out/results/table1_$m"
+        done
+    ) > "$out/table1.log" 2>&1 &
     wait
     tar czf "$out/results.tgz" -C "$out" results && rm -rf "$out/results"
     stamp "done; logs and results.tgz in $out"

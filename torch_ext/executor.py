@@ -372,10 +372,8 @@ class RecomputeContext:
                 self._free(kind, v, ks)
             elif kind == "recompute":
                 self._recompute(v)
-            elif kind == "seed_grad" and self.record:
-                t = self._held.get((v, ks[0]))
-                self._note("seed_grad", v, 0 if t is None else t.numel() * t.element_size(),
-                           ks)
+            elif kind == "seed_grad" and self.record:  # the size of the value it seeds
+                self._note("seed_grad", v, self._made.get((v, ks[0]), 0), ks)
             elif kind == "free_grad" and self.record:
                 self._note("free_grad", v, self._gy)
             elif kind == "free_state":  # pragma: no cover - traced graphs have no state

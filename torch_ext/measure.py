@@ -7,6 +7,12 @@ allocator's counters (``torch.cuda.memory_allocated`` / ``max_memory_allocated``
 tensor memory only: scratch that a library allocates outside PyTorch's allocator (oneDNN or MKL
 on the CPU, cuDNN workspace through its own calls) is not seen.
 
+cuBLAS and cuBLASLt keep a workspace per thread, handle and stream for the life of the process,
+taken from the caching allocator on their first call there (the backward pass runs on autograd's
+own thread). A meter on CUDA makes them exist before it reads its base level
+(:func:`warm_cuda_libraries`), so that no region, and no traced operation, counts them as its
+own: every later step finds them allocated.
+
 Named windows (:meth:`MemoryMeter.window`) give the highest point of a stretch of the region
 (one operation, one backward node) above the level where it started: the trace's workspace
 figures (``NodeFacts.forward_peak``, ``backward_peak``).
@@ -18,9 +24,63 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak"]
+__all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"]
 
 _MARK = "lowerset::"
+
+#: (device index, stream) pairs whose cuBLAS and cuBLASLt workspaces exist.
+_WARMED = set()
+
+
+def _call_libraries(device):
+    a = torch.ones(8, 8, device=device)
+    torch.nn.functional.linear(a, a, torch.ones(8, device=device))   # cuBLASLt
+    torch.mm(a, a)                                                    # cuBLAS
+
+
+class _InBackward(torch.autograd.Function):
+    """Identity whose backward calls cuBLAS and cuBLASLt on autograd's device thread."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        with torch.no_grad():
+            _call_libraries(grad.device)
+        return grad
+
+
+def warm_cuda_libraries(device):
+    """Make cuBLAS's and cuBLASLt's workspaces for `device`'s current stream exist, on the
+    calling thread and on autograd's thread for the device.
+
+    Both libraries keep a handle per thread and a workspace per handle and stream, allocated
+    from the caching allocator on first use and kept (32 MiB for cuBLAS on an H100). The
+    forward pass runs on the caller's thread, the backward pass on autograd's device thread,
+    so each needs its own. A few 8x8 products (with a bias: PyTorch's cuBLASLt path) in both
+    places take them; later calls for the same device and stream do nothing.
+
+    Parameters
+    ----------
+    device : torch.device or str
+        A CUDA device (others: nothing happens).
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return
+    index = torch.cuda.current_device() if device.index is None else device.index
+    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    if key in _WARMED:
+        return
+    with torch.no_grad():
+        _call_libraries(device)
+    with torch.enable_grad():
+        x = torch.ones(1, device=device, requires_grad=True)
+        _InBackward.apply(x).sum().backward()
+    torch.cuda.synchronize(device)
+    _WARMED.add(key)
 
 
 @dataclass
@@ -84,6 +144,7 @@ class MemoryMeter:
         if self.device.type == "cuda":
             if not torch.cuda.is_available():
                 raise RuntimeError("MemoryMeter: CUDA is not available")
+            warm_cuda_libraries(self.device)
             torch.cuda.synchronize(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -259,3 +259,45 @@ def test_activation_facts_predict_the_non_param_boundary_peak(plan):
     r = _measured(step, params=net, hooks=hooks)
     assert abs(predicted - x.nbytes - r.boundary_peak_without_grads) <= TOL, (predicted, r)
     assert abs(whole - g.facts.resident - r.peak) <= TOL, (whole, r)
+
+
+def test_own_bytes_counts_the_blocks_allocated_after_it_starts():
+    """The GPU meters' count (chainer_ext._backend.OwnBytes), by hand: a block that existed
+    before counting started lowers nothing when it is freed, as with tracemalloc."""
+    from chainer_ext._backend import OwnBytes
+    c = OwnBytes()
+    c.freed(0xA0)                      # allocated before counting started
+    assert (c.current, c.peak) == (0, 0)
+    c.allocated(0xB0, 512)
+    c.allocated(0xC0, 1024)
+    c.freed(0xB0)
+    assert (c.current, c.peak) == (1024, 1536)
+    c.reset_peak()
+    c.allocated(0xB0, 512)             # the pool hands the block out again
+    assert (c.current, c.peak) == (1536, 1536)
+    c.freed(0xB0), c.freed(0xC0), c.freed(0xC0)
+    assert (c.current, c.peak) == (0, 1536)
+
+
+def test_arrays_made_before_the_step_and_freed_in_it_lower_nothing():
+    """A step that drops an array made before it (the previous step's gradients) and then
+    allocates as much measures what it allocates, not 0."""
+    held = [np.ones(N, dtype=np.float32)]
+
+    def step():
+        held.pop()
+        held.append(np.ones(N, dtype=np.float32))
+
+    r = peak_memory(step)
+    assert S <= r.peak <= S + TOL
+
+
+def test_a_gpu_boundary_recorder_needs_the_meters_reader():
+    from chainer_ext._boundary import BoundaryRecorder
+    with pytest.raises(ValueError, match="needs `read`"):
+        BoundaryRecorder("gpu")
+    with pytest.raises(ValueError, match="'tpu'"):
+        BoundaryRecorder("tpu")
+    r = BoundaryRecorder("gpu", read=iter([5, 12]).__next__)
+    r.sample()
+    assert (r.base, r.peak) == (5, 7)

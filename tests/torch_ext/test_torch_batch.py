@@ -296,8 +296,11 @@ def test_enforced_cap_gpu():  # pragma: no cover - GPU
         return F.cross_entropy(model(x[:b]), t[:b])
 
     limit = 256 * 2**20
+    # cuDNN picks its algorithms, and their workspace, by batch size: the prediction from the
+    # traces at 2 and 4 can be short of the largest batch by a few percent, which the real
+    # runs up from it confirm
     ours = max_batch_size(loss_fn, limit, "lowerset", method="approx", model=model,
-                          max_batch=1024)
+                          max_batch=1024, max_steps=128)
     plain = max_batch_size(loss_fn, limit, None, traced=ours.traced, model=model,
                            max_batch=1024)
     assert ours.device.startswith("cuda") and ours.batch_size > plain.batch_size
