@@ -479,6 +479,20 @@ def _bound_at(g, lam, b, room):
     return best
 
 
+@njit(cache=True)
+def least_bounds(g, lam, budget, bnd_m, out):
+    """Per set ``b``, :func:`_bound_at` for a state caching the least it can there,
+    ``bnd_m[b]`` bytes, rounded up (the overhead is a whole number of cost units, so the
+    rounded bound is still a bound): int64 cost units into `out`, shape (s,); INF where no
+    sequence within `budget` goes on from ``b`` (``g[b, 0]`` infinite)."""
+    for b in range(g.shape[0]):
+        if g[b, 0] == np.inf:
+            out[b] = INF
+        else:
+            v = np.ceil(_bound_at(g, lam, b, budget - bnd_m[b]))
+            out[b] = INF if v >= INF else np.int64(v)
+
+
 @njit(cache=True, nogil=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, size,
               class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
@@ -520,8 +534,9 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         overhead every sequence adds after ``b`` from that state and grow with the state's
         overhead and cache, so a state dropped could not reach V within the cap and every
         state it dominates is dropped too: the states kept, their back-pointers and the front
-        of V (bound 0) are those of the DP without the bounds, cut at the same cap. K = 0:
-        no such test.
+        of V (bound 0) are those of the DP without the bounds, cut at the same cap. K <= 1:
+        no such test (one multiplier, 0, prices no cache: `lb` holds that bound, rounded up
+        by :func:`least_bounds`, and the test at reading drops the same states).
     sets : ndarray of uint64, shape (s, W)
         The family, sorted by size; set 0 is the empty set.
     size : ndarray of int64, shape (s,)
@@ -641,7 +656,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         else:
             t, t_end, step = tmin, tmax + 1, 1
         best = INF
-        prune = not maximize and lam.shape[0] > 0
+        prune = not maximize and lam.shape[0] > 1
         while t != t_end:
             m = scratch_m[t]
             if m < best:

@@ -268,12 +268,10 @@ def _remaining_bound(fam, G, budget, deadline, lam=None):
 def _least_bound(fam, g, lam, budget):
     """Per set, the bound of :func:`_kernels.remaining_bound`'s sums `g` for a state caching
     the least it can there, M(∂(L)), at eq. (2) budget `budget` (bytes): int64 cost units,
-    shape (s,), INF where no sequence goes on (as :func:`_kernels._bound_at`)."""
-    cut = lam[None, :] * (budget - fam.bnd_m)[:, None].astype(np.float64)
-    with np.errstate(invalid="ignore"):   # inf - inf where no sequence goes on
-        least = np.max(g - cut - 1e-9 * (g + cut), axis=1)
-    lb = np.where(np.isfinite(g[:, 0]), np.floor(np.clip(least, 0, _kernels.INF)), _kernels.INF)
-    return lb.astype(np.int64)
+    shape (s,), INF where no sequence goes on (:func:`_kernels.least_bounds`)."""
+    lb = np.empty(g.shape[0], dtype=np.int64)
+    _kernels.least_bounds(g, lam, np.int64(budget), fam.bnd_m, lb)
+    return lb
 
 
 def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
