@@ -74,13 +74,19 @@ def warm_cuda_libraries(device):
     key = (index, torch.cuda.current_stream(index).cuda_stream)
     if key in _WARMED:
         return
-    with torch.no_grad():
-        _call_libraries(device)
-    with torch.enable_grad():
-        x = torch.ones(1, device=device, requires_grad=True)
-        _InBackward.apply(x).sum().backward()
+    _call_in_both_threads(device)
     torch.cuda.synchronize(device)
     _WARMED.add(key)
+
+
+def _call_in_both_threads(device):
+    """The library calls of :func:`warm_cuda_libraries` on the calling thread and in a
+    backward pass (any device; also inside ``torch.inference_mode``)."""
+    with torch.no_grad():
+        _call_libraries(device)
+    with torch.inference_mode(False), torch.enable_grad():
+        x = torch.ones(1, device=device, requires_grad=True)
+        _InBackward.apply(x).sum().backward()
 
 
 @dataclass

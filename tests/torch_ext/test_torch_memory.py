@@ -106,3 +106,27 @@ def test_errors():
         peak_memory(lambda: None, params=5)
     with pytest.raises(TypeError, match="tensors only"):
         peak_memory(lambda: None, params=[1.0])
+
+
+def test_the_cuda_warm_up_calls_the_libraries_in_the_backward_thread_too():
+    """warm_cuda_libraries' calls, run on the CPU: the product and the linear layer on the
+    calling thread, then again inside a backward pass (autograd's thread on a GPU), also from
+    inside inference_mode; nothing stays allocated. On the CPU the warm-up itself does nothing."""
+    from torch_ext import measure
+    from torch_ext.measure import MemoryMeter
+    seen = []
+    real = measure._call_libraries
+
+    def spy(device):
+        seen.append(torch._C._current_autograd_node() is not None)   # in a backward pass
+        real(device)
+
+    measure._call_libraries = spy
+    try:
+        with torch.inference_mode(), MemoryMeter("cpu") as m:
+            measure._call_in_both_threads("cpu")
+        measure.warm_cuda_libraries("cpu")
+    finally:
+        measure._call_libraries = real
+    assert seen == [False, True]
+    assert m.result.end == 0
