@@ -30,10 +30,9 @@
 #                  each step cut off at the deadline: check; the Chainer GPU tests (no -x) then
 #                  table1 for ResNet-50 at the paper's batch; the torch GPU tests then
 #                  bench_torch --preset gpu for resnet50 and gpt; bench_torch for mlp (one timing
-#                  round) and unet;
-#                  table1 for the other six networks at the paper's batch, one call each
-#                  (Chen's, ApproxDP+MC, ExactDP+TC). Writes check.log, chainer.log, torch.log, torch2.log,
-#                  table1.log and results.tgz to $OUT
+#                  round) and unet; table1 for the other six networks at the paper's batch, one
+#                  call each (Chen's, ApproxDP+MC, ExactDP+TC). Writes check.log, chainer.log,
+#                  torch.log, torch2.log, table1.log and results.tgz to $OUT
 #                  (or gpu-results/). The times of a stream are measured with the others
 #                  beside it on the same GPU. One device call of 600 s:
 #                    bash scripts/gpu_device.sh all

@@ -20,6 +20,7 @@ figures (``NodeFacts.forward_peak``, ``backward_peak``).
 
 import bisect
 import contextlib
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -28,7 +29,7 @@ __all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"
 
 _MARK = "lowerset::"
 
-#: (device index, stream) pairs whose cuBLAS and cuBLASLt workspaces exist.
+#: (device index, stream, calling thread) triples whose cuBLAS and cuBLASLt workspaces exist.
 _WARMED = set()
 
 
@@ -60,7 +61,7 @@ def warm_cuda_libraries(device):
     from the caching allocator on first use and kept (32 MiB for cuBLAS on an H100). The
     forward pass runs on the caller's thread, the backward pass on autograd's device thread,
     so each needs its own. A few 8x8 products (with a bias: PyTorch's cuBLASLt path) in both
-    places take them; later calls for the same device and stream do nothing.
+    places take them; later calls for the same device, stream and calling thread do nothing.
 
     Parameters
     ----------
@@ -71,7 +72,7 @@ def warm_cuda_libraries(device):
     if device.type != "cuda":
         return
     index = torch.cuda.current_device() if device.index is None else device.index
-    key = (index, torch.cuda.current_stream(index).cuda_stream)
+    key = (index, torch.cuda.current_stream(index).cuda_stream, threading.get_ident())
     if key in _WARMED:
         return
     _call_in_both_threads(device)
