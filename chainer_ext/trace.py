@@ -235,6 +235,9 @@ class _TraceHook(chainer.FunctionHook):
                 self._outside_made[id(root)] = (weakref.ref(root), self._started)
             del function.forward
             return
+        if self.profile:   # the forward alone, before this hook's own bookkeeping
+            _backend.synchronize(in_data)
+            r.times.append(time.perf_counter() - self._t0)
         outs = r._wrapped.pop()
         del function.forward  # the class's forward again
         r.forward_peak = max(0, self.probe.peak() - r.level) if self.measure else 0
@@ -254,17 +257,12 @@ class _TraceHook(chainer.FunctionHook):
             owners.append((j, k))
         r.freed_after = [-1] * len(outs)
         r.out_refs = [weakref.ref(y, self._on_free(r, k)) for k, y in enumerate(outs)]
-        if self.profile:
-            _backend.synchronize(in_data)
-            r.times.append(time.perf_counter() - self._t0)
         self._check_effects(r, function, in_data, outs)
         del outs, roots
         if self.profile:
             for _ in range(self.repeats - 1):
-                t0 = time.perf_counter()
-                self._rerun(r, function, in_data, r.restore, clear_state=False)
-                _backend.synchronize(in_data)
-                r.times.append(time.perf_counter() - t0)
+                r.times.append(self._rerun(r, function, in_data, r.restore,
+                                           clear_state=False)[3])
 
     def _external(self, a):
         """The :class:`_External` of array `a`, which no recorded function made (one per
@@ -308,7 +306,8 @@ class _TraceHook(chainer.FunctionHook):
         if pin is None and (drew_numpy or drew_cupy):
             # a second forward with the forward-made state kept: does it reuse the draws?
             others = [p for p in paths if p != _effects.GLOBAL_RNG]
-            ys, drew, rebound = self._rerun(r, function, in_data, others, clear_state=False)
+            ys, drew, rebound, _ = self._rerun(r, function, in_data, others,
+                                               clear_state=False)
             reuses = not drew and _same_arrays(ys, outs)
             if reuses and not rebound:
                 r.stochastic, paths = True, others
@@ -331,7 +330,9 @@ class _TraceHook(chainer.FunctionHook):
         """Run `function`'s forward again with `paths` set to their values before its first
         forward (and its forward-made state set to None if `clear_state`); put everything back
         afterwards. Return the outputs, whether the forward drew from a global generator (not
-        counting NumPy's when it is among `paths`) and whether it rebound a state attribute."""
+        counting NumPy's when it is among `paths`), whether it rebound a state attribute, and
+        the seconds of the forward itself (to its device's synchronization; setting and
+        restoring the generators and state left out)."""
         if r.pin is not None and r.changed_inputs:
             in_data = tuple(a.copy() for a in in_data)  # it writes to its inputs
         kept = {k: get_state(function, k) for k, _ in r.state}
@@ -343,7 +344,10 @@ class _TraceHook(chainer.FunctionHook):
                     set_state(function, k, None)
             with _effects.swapped(function, paths, [r.pre[p] for p in paths], self._types), \
                     chainer.using_device(chainer.backend.get_device_from_array(*in_data)):
+                t0 = time.perf_counter()
                 ys = function.forward(in_data)
+                _backend.synchronize(in_data)
+                seconds = time.perf_counter() - t0
                 drew = (self.cupy_watch.calls > calls
                         or not _effects.same_data(_effects.numpy_rng_fingerprint(), np_fp))
             rebound = any(get_state(function, k) is not v for k, v in kept.items())
@@ -351,7 +355,7 @@ class _TraceHook(chainer.FunctionHook):
             for k, v in kept.items():
                 set_state(function, k, v)
             np.random.set_state(np_state)
-        return ys, drew, rebound
+        return ys, drew, rebound, seconds
 
     def _on_free(self, r, k):
         def freed(_ref):
@@ -494,7 +498,9 @@ def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=Tru
     cost_model : {"preset", "profile"}
         "preset": T_v = 10 for convolutions, 1 otherwise (the paper's rule). "profile": the
         median forward time of each function over `repeats` runs on the current device, in
-        units of `time_unit` seconds (at least 1).
+        units of `time_unit` seconds (at least 1): the forward call alone, to the device's
+        synchronization, without the trace's own work around it (its memory probe and
+        bookkeeping, saving and restoring generators and state for a repeat).
     repeats : int
         Runs per function for "profile" (the first is the real forward).
     time_unit : float
