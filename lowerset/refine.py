@@ -46,7 +46,8 @@ import numpy as np
 
 from . import _limits
 from ._validate import check_budget, check_count
-from .scheduling import _drop_rule, _peak_and_cost, dropped_of_labels, segment_labels
+from .scheduling import (_drop_rule, _peak_and_cost, dropped_key, dropped_of_labels,
+                         known_schedules, remember_schedule, segment_labels)
 from .strategy import CanonicalStrategy
 
 __all__ = ["refine", "MAX_EVALUATIONS"]
@@ -77,15 +78,19 @@ class _Scheduler:
     set.
 
     ``memo`` holds the schedules the search has asked for, in the order it asked: its size is
-    what ``max_evaluations`` bounds. With a thread pool, :meth:`submit` starts the schedules of
-    the next few moves while the search judges the one before (the kernel releases the GIL);
-    they wait outside ``memo`` until the search asks for them, so the search takes the same
-    path, and stops at the same count, as one that computes each schedule when it asks."""
+    what ``max_evaluations`` bounds. A schedule the graph already knows
+    (:func:`lowerset.scheduling.known_schedules`: an earlier search or candidate on it) is
+    taken from there, and counts all the same. With a thread pool, :meth:`submit` starts the
+    schedules of the next few moves while the search judges the one before (the kernel
+    releases the GIL); they wait outside ``memo`` until the search asks for them, so the
+    search takes the same path, and stops at the same count, as one that computes each
+    schedule when it asks."""
 
     def __init__(self, graph, pool=None):
         self.graph = graph
         self.droppable = _drop_rule(graph)[2]
         self.memo = {}
+        self._known = known_schedules(graph)
         self._ahead = {}
         self._seen = {}
         self._pool = pool
@@ -99,7 +104,10 @@ class _Scheduler:
         out = self.memo.get(key)
         if out is None:
             future = self._ahead.pop(key, None)
-            out = future.result() if future is not None else _peak_and_cost(self.graph, d)
+            out = self._known.get(key)
+            if out is None:
+                out = future.result() if future is not None else _peak_and_cost(self.graph, d)
+                remember_schedule(self.graph, key, out)
             self.memo[key] = out
         return out
 
@@ -110,7 +118,7 @@ class _Scheduler:
         if found is not None and found[0] is seg:
             return found[1], found[2]
         d = self.dropped(seg)
-        key = np.packbits(d).tobytes()
+        key = dropped_key(d)
         if keep:
             self._seen[id(seg)] = (seg, d, key)
         return d, key
@@ -120,7 +128,7 @@ class _Scheduler:
         if self._pool is None:
             return
         d, key = self._keyed(seg, keep=True)
-        if key not in self.memo and key not in self._ahead:
+        if key not in self.memo and key not in self._ahead and key not in self._known:
             self._ahead[key] = self._pool.submit(_peak_and_cost, self.graph, d)
 
     def abandon(self):

@@ -484,6 +484,43 @@ def _peak_and_cost(g, dropped):
     return int(peak), int(cost)
 
 
+#: Bytes of dropped-set keys a graph keeps in :func:`known_schedules` before it forgets them.
+KNOWN_SCHEDULE_BYTES = 64 * 2**20
+
+
+def dropped_key(dropped):
+    """The packed bytes of `dropped` (bool per node): the key of :func:`known_schedules`."""
+    return np.packbits(dropped).tobytes()
+
+
+def known_schedules(g):
+    """The ``(peak, recompute_cost)`` of the dropped sets scheduled on `g` so far, by
+    :func:`dropped_key`, kept on the graph (a Graph is immutable, and so are its schedules):
+    the planner's calls on one graph (the pool's candidates, the local searches of `pareto`
+    and `solve`) ask for many of the same ones. :func:`remember_schedule` adds to it."""
+    return g.__dict__.setdefault("_known_schedules", {})
+
+
+def remember_schedule(g, key, point):
+    """Keep `point` (peak, recompute_cost) of dropped set `key` on `g`; the keys kept stay
+    within :data:`KNOWN_SCHEDULE_BYTES` (all are forgotten at once when they would pass it)."""
+    known = known_schedules(g)
+    if (len(known) + 1) * (len(key) + 100) > KNOWN_SCHEDULE_BYTES:
+        known.clear()
+    known[key] = point
+
+
+def _known_peak_and_cost(g, dropped):
+    """:func:`_peak_and_cost`, from :func:`known_schedules` where `g` knows it (and kept
+    there where it does not)."""
+    key = dropped_key(dropped)
+    out = known_schedules(g).get(key)
+    if out is None:
+        out = _peak_and_cost(g, dropped)
+        remember_schedule(g, key, out)
+    return out
+
+
 def _cost_array(g):
     """T per node as contiguous int64 (cost units), kept on the graph."""
     cached = g.__dict__.get("_cost_i64")

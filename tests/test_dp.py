@@ -842,6 +842,24 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
             (guess, bound, ratio)
 
 
+@settings(max_examples=examples(0.5), deadline=None)
+@given(dags(max_nodes=9), st.sampled_from([1.01, 1.5, 4.0]))
+def test_min_budget_cutoffs_do_not_change_the_plan(g, growth):
+    """The minimal-budget DP's growing cut-off (``dp._least_peak``) gives the budget and the
+    lower sets of one pass cut off at 2 M(V), whatever the growth."""
+    reference = {}
+    for method in ("approx", "exact"):
+        fresh = g.with_facts(g.facts)
+        with unittest.mock.patch.object(ls.dp, "_least_peak", ls.dp._min_budget_search):
+            mb, s = ls.min_budget(fresh, method, return_strategy=True)
+        reference[method] = (mb, s.lower_sets)
+    for method in ("approx", "exact"):
+        fresh = g.with_facts(g.facts)
+        with unittest.mock.patch.object(ls.dp, "_CUTOFF_GROWTH", growth):
+            mb, s = ls.min_budget(fresh, method, return_strategy=True)
+        assert (mb, s.lower_sets) == reference[method], method
+
+
 @pytest.mark.parametrize("multipliers", [True, False])
 @settings(max_examples=examples(0.5), deadline=None)
 @given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())

@@ -287,10 +287,11 @@ def test_schedules_computed_ahead_on_threads_do_not_change_the_search(cap):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import block_graphs
 
-    g = block_graphs.build("transformer", 3)
-    starts = [ls.CanonicalStrategy(g, [set(g.labels)]), ls.baselines.chen_sqrtn(g)]
+    g0 = block_graphs.build("transformer", 3)
     results = []
     for cores in (1, 2, 3):
+        g = g0.with_facts(g0.facts)   # no schedules known from the runs before
+        starts = [ls.CanonicalStrategy(g, [set(g.labels)]), ls.baselines.chen_sqrtn(g)]
         orig, _limits.cores = _limits.cores, lambda c=cores: c
         asked = []
         real = refine_module._Scheduler.__call__
@@ -311,3 +312,45 @@ def test_schedules_computed_ahead_on_threads_do_not_change_the_search(cap):
     one = [r[1:] for r in results if r[0] == 1]
     for cores in (2, 3):
         assert [r[1:] for r in results if r[0] == cores] == one
+
+
+@pytest.mark.parametrize("kept_bytes", [None, 2000])
+def test_schedules_known_from_an_earlier_search_do_not_change_the_search(kept_bytes,
+                                                                         monkeypatch):
+    """A search on a graph that knows schedules from an earlier search on it (the graph's
+    :func:`known_schedules`, also where it forgets them as it fills up) returns what it
+    returns on a fresh graph, and computes only the schedules the graph did not know."""
+    import sys
+
+    from lowerset import scheduling, refine as refine_module
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import block_graphs
+
+    if kept_bytes is not None:
+        monkeypatch.setattr(scheduling, "KNOWN_SCHEDULE_BYTES", kept_bytes)
+    g0 = block_graphs.build("transformer", 3)
+
+    def search(g, budget):
+        computed = []
+        real = refine_module._peak_and_cost
+        monkeypatch.setattr(refine_module, "_peak_and_cost",
+                            lambda g_, d: computed.append(1) or real(g_, d))
+        start = ls.baselines.chen_sqrtn(g)
+        r = refine(g, start, budget)
+        monkeypatch.setattr(refine_module, "_peak_and_cost", real)
+        return segment_labels(r).tolist(), len(computed)
+
+    fresh = g0.with_facts(g0.facts)
+    budget = ls.baselines.chen_sqrtn(fresh).schedule.peak
+    alone, computed_alone = search(fresh, budget)
+    g = g0.with_facts(g0.facts)
+    search(g, None)                       # the least-peak search first
+    known = set(scheduling.known_schedules(g))
+    after, computed_after = search(g, budget)
+    assert after == alone
+    if kept_bytes is None:
+        assert 0 < computed_after < computed_alone   # the known ones were not computed again
+        assert known <= set(scheduling.known_schedules(g))
+    else:
+        assert len(scheduling.known_schedules(g)) * 100 <= kept_bytes
