@@ -355,6 +355,64 @@ def set_stats(sets, n, cost, memory, pred_ptr, pred_idx, succ_ptr, succ_idx):
     return size, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra
 
 
+@njit(cache=True)
+def chain_boundaries(sets, bptr, bidx, cost, memory):
+    """For a family that is a chain (set ``i`` a strict subset of set ``i + 1``): each set's
+    boundary ordered by the first set that holds each of its nodes, with prefix sums.
+
+    Parameters
+    ----------
+    sets : ndarray of uint64, shape (s, W)
+        The chain, sorted by size.
+    bptr, bidx : ndarray of int64
+        The boundaries as CSR node-id lists (:func:`set_stats`).
+    cost, memory : ndarray of int64, shape (n,)
+
+    Returns
+    -------
+    bfirst, bcum_t, bcum_m : ndarray of int64, shape (bptr[s],)
+        In the range ``bptr[i]:bptr[i + 1]``, ascending: the index of the first set holding
+        each node of ∂(L_i), and the sums of T and of M over the range's entries up to and
+        including each one (cost units, bytes).
+    """
+    s, n_words = sets.shape
+    n = cost.shape[0]
+    first = np.zeros(n, dtype=np.int64)
+    for i in range(s):
+        for w in range(n_words):
+            new = sets[i, w] & ~sets[i - 1, w] if i > 0 else sets[i, w]
+            while new != 0:
+                low = new & (~new + np.uint64(1))   # the lowest bit set
+                bit = 0
+                while (low >> np.uint64(bit)) != np.uint64(1):
+                    bit += 1
+                first[w * 64 + bit] = i
+                new ^= low
+    m = bidx.shape[0]
+    bfirst = np.empty(m, dtype=np.int64)
+    bcum_t = np.empty(m, dtype=np.int64)
+    bcum_m = np.empty(m, dtype=np.int64)
+    for i in range(s):
+        lo, hi = bptr[i], bptr[i + 1]
+        if hi == lo:
+            continue
+        nodes = bidx[lo:hi]
+        keys = np.empty(hi - lo, dtype=np.int64)
+        for k in range(hi - lo):
+            keys[k] = first[nodes[k]]
+        order = np.argsort(keys, kind="mergesort")
+        ct = 0
+        cm = 0
+        for k in range(hi - lo):
+            v = nodes[order[k]]
+            ct += cost[v]
+            cm += memory[v]
+            bfirst[lo + k] = first[v]
+            bcum_t[lo + k] = ct
+            bcum_m[lo + k] = cm
+    return bfirst, bcum_t, bcum_m
+
+
 @njit(cache=True, inline="always")
 def _is_strict_subset(sets, a, b, n_words):
     for w in range(n_words):
@@ -375,6 +433,10 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
     - ``need = 2 M(V') + M(δ+(L_b)∖L_b) + M(δ−(δ+(L_b))∖L_b)`` (bytes), so that eq. (2) reads
       ``M(i) = M(U_{i-1}) + need``.
 
+    The nodes of ∂(L_a) ∩ ∂(L_b) (those of ∂(L_b) in L_a) are found by testing the boundary of
+    ``a`` node by node against that of ``b``; :func:`chain_transition` finds them faster in a
+    chain.
+
     Returns
     -------
     (dt, dm, need) : tuple of int64
@@ -386,6 +448,34 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
         if _has(bnd_bits[b], v) != 0:
             inter_t += cost[v]
             inter_m += memory[v]
+    return _step(a, b, tot_t, tot_m, bnd_t, bnd_m, extra, inter_t, inter_m)
+
+
+@njit(cache=True)
+def chain_transition(a, b, tot_t, tot_m, bnd_t, bnd_m, bptr, extra, bfirst, bcum_t, bcum_m):
+    """:func:`transition` in a family that is a chain (:func:`chain_boundaries` gives
+    ``bfirst``, ``bcum_t``, ``bcum_m``): a node is in L_a when the first set holding it is at
+    most ``a``, so the nodes of ∂(L_b) in L_a are a prefix of the boundary of ``b`` sorted by
+    that set, and their sums are found by binary search."""
+    lo = bptr[b]
+    hi = bptr[b + 1]
+    while lo < hi:   # the first entry of b's boundary whose first set is after a
+        mid = (lo + hi) >> 1
+        if bfirst[mid] <= a:
+            lo = mid + 1
+        else:
+            hi = mid
+    inter_t = 0
+    inter_m = 0
+    if lo > bptr[b]:
+        inter_t = bcum_t[lo - 1]
+        inter_m = bcum_m[lo - 1]
+    return _step(a, b, tot_t, tot_m, bnd_t, bnd_m, extra, inter_t, inter_m)
+
+
+@njit(cache=True, inline="always")
+def _step(a, b, tot_t, tot_m, bnd_t, bnd_m, extra, inter_t, inter_m):
+    """(dt, dm, need) of :func:`transition` from the sums over ∂(L_a) ∩ ∂(L_b)."""
     dm = bnd_m[b] - inter_m
     dt = (tot_t[b] - tot_t[a]) - (bnd_t[b] - inter_t)
     need = 2 * (tot_m[b] - tot_m[a]) + extra[b]
@@ -394,7 +484,8 @@ def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, co
 
 @njit(cache=True, nogil=True)
 def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, tot_m, bnd_bits,
-                    bnd_t, bnd_m, bptr, bidx, extra, cost, memory, g):
+                    bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t,
+                    bcum_m, g):
     """Fill ``g[b, k]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
     `work_budget` units of work: the least ``sum(dt + lam[k] * dm)`` over the transitions of
     any sequence from lower set ``b`` to V within eq. (2) budget `budget` (cost units), or inf
@@ -422,6 +513,7 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, 
     lam : ndarray of float64, shape (K,)
         Multipliers (cost units per byte), ``lam[0] = 0``.
     sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory
+    chain, bfirst, bcum_t, bcum_m
         As in :func:`dp_fronts`.
     g : ndarray of float64, shape (s, K)
         Output; inf on entry for the sets to fill.
@@ -453,11 +545,15 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, 
                 helps |= dt_low + g[c, k] < g[b, k]
             if not helps:
                 continue
-            if not _is_strict_subset(sets, b, c, n_words):
+            if not chain and not _is_strict_subset(sets, b, c, n_words):
                 continue
-            work += bptr[b + 1] - bptr[b] + n_lam
-            dt, dm, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra,
-                                   cost, memory)
+            work += (1 if chain else bptr[b + 1] - bptr[b]) + n_lam
+            if chain:
+                dt, dm, _ = chain_transition(b, c, tot_t, tot_m, bnd_t, bnd_m, bptr, extra, bfirst,
+                                             bcum_t, bcum_m)
+            else:
+                dt, dm, _ = transition(b, c, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
+                                       extra, cost, memory)
             for k in range(n_lam):
                 g[b, k] = min(g[b, k], dt + lam[k] * dm + g[c, k])
         b -= 1
@@ -496,8 +592,8 @@ def least_bounds(g, lam, budget, bnd_m, out):
 @njit(cache=True, nogil=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, size,
               class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
-              fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used, scratch_m, scratch_a,
-              scratch_e):
+              chain, bfirst, bcum_t, bcum_m, fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used,
+              scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -544,6 +640,10 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         Index of the first set of the same size as set ``b``; only sets before it are tested.
     tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra : see :func:`set_stats`.
     cost, memory : ndarray of int64, shape (n,)
+    chain : bool
+        The family is a chain (each set a subset of the next): every smaller set is a subset,
+        and the transitions use ``bfirst``, ``bcum_t``, ``bcum_m`` (:func:`chain_boundaries`;
+        empty arrays otherwise).
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
     key_m, key_t : ndarray of int64, shape (s,)
@@ -602,11 +702,15 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             if key_t[a] > room_t:
                 capped += 1
                 continue
-            if not _is_strict_subset(sets, a, b, n_words):
+            if not chain and not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
-            dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
-                                      extra, cost, memory)
+            if chain:
+                dt, dm, need = chain_transition(a, b, tot_t, tot_m, bnd_t, bnd_m, bptr, extra,
+                                                bfirst, bcum_t, bcum_m)
+            else:
+                dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr,
+                                          bidx, extra, cost, memory)
             cap = budget - need
             # Cached bytes decrease along a front (see the sweeps below), so the entries with
             # m <= cap are a suffix; in time-centric fronts t increases, so t2 > cap_b ends it.
@@ -705,8 +809,8 @@ def _grow(arr, new_cap):
 
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, fstart, fend, key_m, fm, fp, fpa,
-                fpe, used):
+                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t, bcum_m,
+                fstart, fend, key_m, fm, fp, fpa, fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -718,8 +822,8 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
 
     Parameters
     ----------
-    lo, hi, work_budget, max_entries, sets, class_start, tot_t, ..., memory : as in
-        :func:`dp_fronts`.
+    lo, hi, work_budget, max_entries, sets, class_start, tot_t, ..., memory, chain, ...,
+    bcum_m : as in :func:`dp_fronts`.
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
@@ -753,11 +857,15 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
         for a in range(class_start[b]):
             if key_m[a] > room:
                 continue
-            if not _is_strict_subset(sets, a, b, n_words):
+            if not chain and not _is_strict_subset(sets, a, b, n_words):
                 continue
             pairs += 1
-            dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx,
-                                      extra, cost, memory)
+            if chain:
+                dt, dm, need = chain_transition(a, b, tot_t, tot_m, bnd_t, bnd_m, bptr, extra,
+                                                bfirst, bcum_t, bcum_m)
+            else:
+                dt, dm, need = transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr,
+                                          bidx, extra, cost, memory)
             work += fend[a] - fstart[a]
             for e in range(fstart[a], fend[a]):
                 m = fm[e]

@@ -259,7 +259,7 @@ def _remaining_bound(fam, G, budget, deadline, lam=None):
         hi, work = _kernels.remaining_bound(
             0, hi, chunk.start(), np.int64(budget), lam, fam.sets, fam.class_start, fam.tot_t,
             fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
-            G.memory, g)
+            G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m, g)
         chunk.done(work)
         if hi > 0:
             deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
@@ -296,7 +296,8 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
          status) = _kernels.dp_fronts(
             lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb, g,
             lam, fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits,
-            fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fstart, fend,
+            fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.chain,
+            fam.bfirst, fam.bcum_t, fam.bcum_m, fstart, fend,
             keys[0], keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m,
             scratch_a, scratch_e)
         st["capped"] += capped
@@ -318,7 +319,8 @@ def _min_budget_search(G, fam, upper, deadline):
             _kernels.peak_fronts(
                 lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
                 fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.extra, G.cost, G.memory, fstart, fend, keys[0], st["fm"], st["fp"],
+                fam.extra, G.cost, G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m,
+                fstart, fend, keys[0], st["fm"], st["fp"],
                 st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 

@@ -360,6 +360,43 @@ def test_exact_equals_naive_dp_medium(g, data):
     assert ls.dp.solve(g, B, mode="memory").overhead == naive_solve(g, B, True)
 
 
+@st.composite
+def skip_chains(draw, max_nodes):
+    """A path 0 -> 1 -> ... -> n-1 with skip edges i -> j (j > i + 1): every lower set is a
+    prefix, so the families are chains, with up to n - 2 boundary nodes a set (a U-Net)."""
+    n = draw(st.integers(2, max_nodes), label="n")
+    skips = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
+                          max_size=2 * n), label="skips")
+    edges = sorted({(i, i + 1) for i in range(n - 1)}
+                   | {(min(a, b), max(a, b)) for a, b in skips if abs(a - b) > 1})
+    cost = draw(st.lists(st.integers(1, 30), min_size=n, max_size=n), label="cost")
+    memory = draw(st.lists(st.integers(0, 100), min_size=n, max_size=n), label="memory")
+    return ls.Graph(range(n), edges, dict(enumerate(cost)), dict(enumerate(memory)))
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(skip_chains(max_nodes=80), st.data())
+def test_chain_families_equal_naive_dp(g, data):
+    """On chain families (the transitions' shared boundary summed by binary search over the
+    boundary sorted by first set, :func:`lowerset._kernels.chain_boundaries`; up to 80 nodes,
+    two bitset words): min_budget and both modes against the naive DP with node sets."""
+    for method in ("approx", "exact"):
+        assert ls.dp._get_family(g, method, 10_000, ls._limits.NO_DEADLINE).chain
+    prefixes = [frozenset(range(k)) for k in range(g.n + 1)]   # every lower set
+    mb = ls.min_budget(g)
+    assert mb == naive_min_budget(g, prefixes) == ls.min_budget(g, "approx")
+    B = data.draw(st.integers(mb, 2 * g.total_memory()), label="budget")
+    least = naive_solve(g, B, False, prefixes)
+    for method in ("approx", "exact"):
+        assert ls.dp.solve(g, B, method=method).overhead == least
+        assert ls.dp.solve(g, B, mode="memory", method=method).overhead == \
+            naive_solve(g, B, True, prefixes)
+    bound = ls.dp._remaining_bound(ls.dp._get_family(g, "exact", 10_000,
+                                                     ls._limits.NO_DEADLINE),
+                                   g, B, ls._limits.NO_DEADLINE)
+    assert bound.lb[0] <= least
+
+
 @settings(max_examples=examples(0.5))
 @given(wide_dags(max_nodes=7))
 def test_wide_graphs_equal_bruteforce(g):
