@@ -152,11 +152,15 @@ def _pool(G, method, max_lower_sets, deadline):
                                   time_limit=deadline.left(), return_strategy=True)
         leasts.append(least)
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        chains += [[(fam, "memory", b) for b in budgets],
-                   [(fam, "time", b) for b in _time_ladder(budgets)]]
+        # the memory-centric passes depend on no other: each is a chain of its own, so that a
+        # thread done with its time-centric chain takes the ones left
+        chains += [[(fam, "time", b) for b in _time_ladder(budgets)]]
+        chains += [[(fam, "memory", b)] for b in budgets]
     plans = _run_chains(G, chains, max_lower_sets, deadline)
-    for k, least in enumerate(leasts):   # per family: its least eq. (2) peak, then its ladder
-        for s in [least] + plans[2 * k] + plans[2 * k + 1]:
+    for fam, least in zip(families, leasts):   # per family: its least eq. (2) peak, its ladder
+        ladder = [s for c, p in zip(chains, plans) if c[0][0] == fam for s in p]
+        for s in [least] + [s for s in ladder if s.mode == "memory"] + \
+                [s for s in ladder if s.mode == "time"]:
             add(s)
     return out
 
