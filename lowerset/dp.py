@@ -398,10 +398,12 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
                return_strategy=False):
     """Return the smallest budget B (bytes) for which a canonical strategy has peak <= B.
 
-    Computed exactly over the family of `method` by one DP over states (L, m, p): m = M(U) cached
-    bytes, p = the peak of eq. (2) so far, keeping the states not dominated in (m, p). For
-    "exact" the answer is min over all lower-set sequences of max_i M(i); B - 1 is infeasible.
-    The answer is cached on the graph (a Graph is immutable).
+    Computed exactly over the family of `method` by a DP over states (L, m, p): m = M(U) cached
+    bytes, p = the peak of eq. (2) so far, keeping the states not dominated in (m, p) and
+    dropping those above a cut-off that grows from pass to pass until one reaches V (the
+    pruned family; the exact one is cut off at the pruned family's answer). For "exact" the
+    answer is min over all lower-set sequences of max_i M(i); B - 1 is infeasible. The answer
+    is cached on the graph (a Graph is immutable).
 
     Parameters
     ----------
