@@ -22,7 +22,8 @@ from . import _chainer_internals as _ci
 from . import _effects
 from . import _freed
 from .exceptions import HookUsageError, StrategyMismatchError
-from .trace import array_attr_ids, forward_state, get_state, output_arrays, set_state
+from .trace import (array_attr_ids, forward_state, get_state, output_arrays, output_attrs,
+                    set_state)
 
 __all__ = ["RecomputeHook", "LivenessHook"]
 
@@ -171,6 +172,7 @@ class RecomputeHook(chainer.FunctionHook):
         # record=True counts its bytes); the others skip scanning their attributes
         self._state_nodes = (set(range(g.n)) if self.record else
                              {v for kind, v, _ in plan if kind == "free_state"})
+        self._alias_nodes = _nodes_freed_late(plan)
         self.events = []
         self.last_iteration = {"discarded": [], "recomputed": [], "freed": []}
         self._reset()
@@ -235,6 +237,8 @@ class RecomputeHook(chainer.FunctionHook):
         self._pre = {}          # node -> values of its restore paths before its forward
         self._before = self._in_ids = None
         self._state = [()] * self._n
+        self._out_attrs = {}    # node -> {k: names of its attributes that are output k}
+        self._backward_ran = set()
         self._had = {}
         self._gy = None
         self._current = None
@@ -425,6 +429,8 @@ class RecomputeHook(chainer.FunctionHook):
                 f, self._before, self._in_ids | {id(a) for a in outs if a is not None},
                 self._types))
             self._before = self._in_ids = None
+        if j in self._alias_nodes:
+            self._out_attrs[j] = output_attrs(f, outs, self._types)
         for k, a in enumerate(outs):
             if a is not None:
                 self._held[j, k] = a
@@ -487,6 +493,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._bdepth -= 1
         if self._bdepth:
             return
+        self._backward_ran.add(self._current)
         self._current = None
         self._run_own_events(recompute=False)
         if self._cursor.done:
@@ -532,6 +539,12 @@ class RecomputeHook(chainer.FunctionHook):
                     _ci.set_var_array(var, None if held is None else _freed.stand_in(held))
             if retained is not None and k in self._ret_out[v]:
                 retained[self._ret_out[v].index(k)] = None
+            if kind == "drop" or v in self._backward_ran:
+                # an attribute of the function that is the output would keep its memory alive:
+                # after a drop the recomputation sets it again, after the backward nothing
+                # reads it
+                for name in self._out_attrs.get(v, {}).get(k, ()):
+                    set_state(f, name, None)
         if retained is not None:
             _ci.set_retained_output_data(f, tuple(retained))
         if self.record:
@@ -628,6 +641,18 @@ class RecomputeHook(chainer.FunctionHook):
                     for k, y in enumerate(ys):
                         self._held[u, k] = y
                     self._restore(u, ys)
+
+
+def _nodes_freed_late(plan):
+    """Nodes with an output that the plan drops, or frees after the node's backward: where an
+    attribute of the function that is that output must go with it (see ``_free_value``)."""
+    done, out = set(), set()
+    for kind, v, _ in plan:
+        if kind == "backward":
+            done.add(v)
+        elif kind == "drop" or (kind == "free_value" and v in done):
+            out.add(v)
+    return out
 
 
 _OWNERS_LOCK = threading.Lock()

@@ -142,6 +142,33 @@ def forward_state(func, before, exclude, types):
             if before.get(k) != i and i not in exclude]
 
 
+def output_attrs(func, outs, types):
+    """Map output index -> names of the array attributes of `func` that are that output itself
+    (Chainer's GPU ``LocalResponseNormalization`` keeps its output as ``self.y``). They are not
+    forward-made state (:func:`forward_state` leaves outputs out), but they keep the output's
+    memory alive as long as `func` lives.
+
+    Parameters
+    ----------
+    func : chainer.FunctionNode
+    outs : sequence of array or None
+        Its output arrays (:func:`output_arrays`).
+    types : tuple of type
+        Array types.
+
+    Returns
+    -------
+    dict of int -> tuple of str
+        Only the outputs that some attribute holds.
+    """
+    index = {id(y): k for k, y in enumerate(outs) if y is not None}
+    found = {}
+    for name, i in array_attr_ids(func, types).items():
+        if i in index:
+            found.setdefault(index[i], []).append(name)
+    return {k: tuple(names) for k, names in found.items()}
+
+
 def output_arrays(func):
     """Output arrays of a completed function, or None for outputs no longer reachable."""
     arrays = []

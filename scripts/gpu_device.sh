@@ -23,6 +23,9 @@
 #                  CuPy's random draws replayed or pinned, verify, the enforced pool limit;
 #                  `tests -m gpu` runs only those)
 #   table1 ARGS    examples/reproduce_table1.py ARGS (default --out: $OUT/results or results/)
+#   figure4 ARGS   examples/reproduce_figure4.py --preset gpu --device gpu ARGS (same --out);
+#                  a network's largest-batch searches take 3-5 minutes there, so one network
+#                  a call: figure4 --networks resnet50
 #   torch [ARGS]   the CUDA tests of torch_ext (pytest -m gpu tests/torch_ext ARGS) with the
 #                  machine's PyTorch, then examples/bench_torch.py --preset gpu (Chainer off
 #                  the path)
@@ -31,8 +34,9 @@
 #                  table1 for ResNet-50 at the paper's batch; the torch GPU tests then
 #                  bench_torch --preset gpu for resnet50 and gpt; bench_torch for mlp (one timing
 #                  round) and unet; table1 for the other six networks at the paper's batch, one
-#                  call each (Chen's, ApproxDP+MC, ExactDP+TC). Writes check.log, chainer.log,
-#                  torch.log, torch2.log, table1.log and results.tgz to $OUT
+#                  call each (Chen's, ApproxDP+MC, ExactDP+TC and both least-peak plans).
+#                  Writes check.log, chainer.log, torch.log, torch2.log, table1.log and
+#                  results.tgz to $OUT
 #                  (or gpu-results/). The times of a stream are measured with the others
 #                  beside it on the same GPU. One device call of 600 s:
 #                    bash scripts/gpu_device.sh all
@@ -109,13 +113,16 @@ run_torch() {
     return $rc
 }
 
-run_table1() {
-    stamp "table1 $*"
+run_example() {
+    # run_example SCRIPT ARGS: examples/SCRIPT with chainer_ext imported first (its _compat
+    # fixes), --out defaulting to $OUT/results or results/
+    local script="$1"; shift
+    stamp "$script $*"
     local out=() dir="${OUT:+$OUT/results}"
     case " $* " in *" --out "*) ;; *) out=(--out "${dir:-$ROOT/results}") ;; esac
     "$PY" -c 'import runpy, sys, chainer_ext  # chainer_ext first: _compat fixes
-sys.argv[0] = "examples/reproduce_table1.py"
-runpy.run_path(sys.argv[0], run_name="__main__")' "$@" "${out[@]}"
+sys.argv[0] = "examples/" + sys.argv.pop(1)
+runpy.run_path(sys.argv[0], run_name="__main__")' "$script" "$@" "${out[@]}"
 }
 
 bounded() {
@@ -141,7 +148,7 @@ run_all() {
     (
         bounded 200 bash "$self" tests -m gpu --maxfail=30 -rA
         bounded 300 bash "$self" table1 --preset paper --device gpu --networks resnet50 \
-            --methods chen approx-mc exact-tc --out "$out/results/table1"
+            --methods chen approx-mc exact-tc exact-mp exact-ma --out "$out/results/table1"
     ) > "$out/chainer.log" 2>&1 &
     (
         bounded 120 env PYTHONPATH="$ROOT" "$PY" -m pytest tests/torch_ext -q \
@@ -161,7 +168,7 @@ run_all() {
     (
         for m in vgg19 unet googlenet resnet152 pspnet densenet161; do
             bounded 300 bash "$self" table1 --preset paper --device gpu --networks "$m" \
-                --methods chen approx-mc exact-tc --time-limit 60 --out "$out/results/table1_$m"
+                --methods chen approx-mc exact-tc exact-mp exact-ma --time-limit 60 --out "$out/results/table1_$m"
         done
     ) > "$out/table1.log" 2>&1 &
     wait
@@ -175,8 +182,10 @@ shift || true
 case "$cmd" in
     check) check ;;
     tests) run_tests "$@" ;;
-    table1) run_table1 "$@" ;;
+    table1) run_example reproduce_table1.py "$@" ;;
+    figure4) run_example reproduce_figure4.py --preset gpu --device gpu "$@" ;;
     torch) run_torch "$@" ;;
     all) run_all ;;
-    *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|torch [PYTEST ARGS]|all]"; exit 2 ;;
+    *) echo "usage: $0 [check|tests [PYTEST ARGS]|table1 ARGS|figure4 ARGS|torch [PYTEST ARGS]|all]"
+       exit 2 ;;
 esac

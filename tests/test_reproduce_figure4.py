@@ -74,3 +74,20 @@ def test_check_targets_by_hand():
     out["timings"]["ours"][0]["time_s"] = 2.1
     c = rf.check_targets(out)
     assert not c["ratio_ok"] and not c["time_ok"]
+
+
+def test_ours_below_its_least_peak_runs_the_least_peak_plan():
+    """A timing point that real runs confirmed above the predicted largest batch has a cap
+    below the planner's least predicted peak: ours runs the least-peak plan there (what the
+    batch search ran), not an error; within the cap it runs solve's plan."""
+    import lowerset
+
+    g = lowerset.Graph.chain(12, memory=10**6)
+    low = lowerset.pareto(g)[-1]
+    below = low.schedule.peak - 1
+    with pytest.raises(lowerset.InfeasibleBudgetError):
+        lowerset.solve(g, budget=below)
+    assert rf.plan_at("ours", g, below, "exact").lower_sets == low.lower_sets
+    plain = lowerset.schedule(g).peak
+    assert rf.plan_at("ours", g, plain, "exact").lower_sets == \
+        lowerset.solve(g, budget=plain, method="exact").lower_sets
