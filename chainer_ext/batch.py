@@ -18,8 +18,9 @@ does my device hold? It works in three steps.
    and bisection); no step runs meanwhile.
 3. **Confirm with real runs.** One real training step (``loss_fn(b)`` and ``backward``, under
    :class:`chainer_ext.RecomputeHook` when there is a plan) runs at the predicted batch and one
-   at the next batch. A step that does not fit moves the answer down by one (re-planned), a next
-   batch that fits moves it up, until the answer fits and the next one does not.
+   at the next batch. Where they disagree with the prediction, the search steps away from it by
+   1, 2, 4, ... batches (re-planned) and bisects (:func:`lowerset.batching.search`), until the
+   answer fits and the next batch does not.
 
 What "fits" means depends on the device:
 
@@ -269,7 +270,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     device : {"cpu", "gpu"}, optional
         Default: where the traced loss lives.
     max_steps : int
-        Real runs allowed to move the answer away from the prediction, in each direction.
+        Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
+        batches, then a bisection; see :func:`lowerset.batching.search`).
     **trace_kwargs
         Passed to :func:`chainer_ext.trace` (for instance ``cost_model="profile"``).
 

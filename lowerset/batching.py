@@ -15,9 +15,12 @@ says whether it fits the limit and what it measured. Everything else lives here,
    whole-step peak (:func:`predict`, :func:`least_peak`). The largest b whose prediction fits
    is found with a few planner calls: a first guess from the slope of the peak between the two
    traced batches, then doubling and bisection; no step runs meanwhile.
-3. **Confirm.** One real step runs at the predicted batch and one at the next. A step that does
-   not fit moves the answer down by one (re-planned), a next batch that fits moves it up, until
-   the answer fits and the next one does not (:func:`search`).
+3. **Confirm.** One real step runs at the predicted batch and one at the next. Where the real
+   steps disagree with the prediction (an allocator's rounding and cached blocks count against
+   an enforced limit; a library picks its workspace by batch size), the search steps away from
+   the prediction by 1, 2, 4, ... batches (each re-planned) until the real steps change their
+   answer, then bisects between the last batch that fits and the first that does not, so the
+   answer fits and the next batch does not (:func:`search`).
 
 References
 ----------
@@ -624,7 +627,8 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
     max_batch : int
         The search does not look beyond this batch size.
     max_steps : int
-        Real runs allowed to move the answer away from the prediction, in each direction.
+        Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
+        batches; the bisection after them adds at most log2 of the last step).
     device : str
         Recorded in the result.
 
@@ -636,7 +640,8 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
     ------
     NoBatchFitsError
         (``front.no_fit_error``) If the smallest traced batch (or a smaller one) is predicted
-        not to fit, or no batch fits in real runs within `max_steps` below the prediction.
+        not to fit, or no batch fits in real runs within `max_steps` steps below the
+        prediction.
     BatchScalingError
         From :func:`extrapolate`.
 
@@ -662,9 +667,9 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
                 return last, s
         return last, None
 
-    b, trial, strategy = _confirm_down(real, predicted, limit, name, max_steps, front)
+    b, trial, strategy, above = _confirm_down(real, predicted, limit, name, max_steps, front)
     b, trial, strategy, next_trial, confirmed = _confirm_up(
-        real, b, trial, strategy, predicted, max_batch, max_steps)
+        real, b, trial, strategy, above, predicted, max_batch, max_steps)
     return BatchSizeResult(
         batch_size=b, strategy=strategy, measured_peak=int(trial.measured_peak),
         predicted_peak=trial.predicted_peak, memory_limit=limit, planner=name, device=device,
@@ -674,39 +679,79 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
 
 
 def _confirm_down(real, predicted, limit, name, max_steps, front):
-    """From the predicted batch down, the first batch whose real step fits."""
-    b = predicted
-    trial, strategy = real(b)
-    moves = 0
-    while trial is None or not trial.fits:
+    """From the predicted batch down, the largest batch whose real step fits: steps of 1, 2, 4,
+    ... below the prediction until one fits (at most `max_steps` of them), then a bisection
+    between it and the smallest batch that did not.
+
+    Returns
+    -------
+    b, trial, strategy : the answer, its trial and plan
+    above : BatchTrial or None
+        The trial of b + 1 where a real run showed it does not fit (None if b is the
+        prediction).
+    """
+    trial, strategy = real(predicted)
+    if trial is not None and trial.fits:
+        return predicted, trial, strategy, None
+    hi, above, b, step, moves = predicted, trial, predicted, 1, 0
+    while True:
         moves += 1
-        b -= 1
-        if b < 1 or moves > max_steps:
+        if b == 1 or moves > max_steps:
             measured = trial and trial.measured_peak
             raise front.no_fit_error(
-                f"no batch size from {predicted} down to {b + 1} fits {limit} bytes in real runs "
+                f"no batch size from {predicted} down to {b} fits {limit} bytes in real runs "
                 f"with planner {name} (the prediction was {predicted}); the last run measured "
-                f"{measured} bytes", limit, measured, b + 1)
+                f"{measured} bytes", limit, measured, b)
+        b = max(1, predicted - step)
         trial, strategy = real(b)
-    return b, trial, strategy
+        if trial is not None and trial.fits:
+            break
+        hi, above, step = b, trial, 2 * step
+    return _bisect_real(real, b, trial, strategy, hi, above)
 
 
-def _confirm_up(real, b, trial, strategy, predicted, max_batch, max_steps):
-    """From a batch that fits, up while the next batch's real step fits."""
-    next_trial, moves, confirmed = None, 0, b >= max_batch
+def _confirm_up(real, b, trial, strategy, above, predicted, max_batch, max_steps):
+    """From a batch that fits, the largest batch whose real step fits: steps of 1, 2, 4, ...
+    above it while they fit (at most `max_steps` of them, never past `max_batch`), then a
+    bisection between the last that fits and the first that does not.
+
+    Returns
+    -------
+    b, trial, strategy : the answer, its trial and plan
+    next_trial : BatchTrial or None
+        The trial of b + 1 (it does not fit), None when not run.
+    confirmed : bool
+        Whether b + 1 was shown not to fit, or b is `max_batch`.
+    """
+    if above is not None:   # _confirm_down ran b + 1 already
+        return b, trial, strategy, above, True
+    start, step, moves = b, 1, 0
     while b < max_batch:
         if moves >= max_steps:
             # stacklevel: this function, search, the front end's _search and max_batch_size
-            warnings.warn(f"max_batch_size: batch {b} fits in a real run, {moves} more than "
-                          f"predicted ({predicted}); stopped after max_steps={max_steps} steps "
-                          f"up: batch {b + 1} was not tried", RuntimeWarning, stacklevel=5)
-            break
-        nt, ns = real(b + 1)
-        next_trial = nt
+            warnings.warn(f"max_batch_size: batch {b} fits in a real run, {b - predicted} more "
+                          f"than predicted ({predicted}); stopped after max_steps={max_steps} "
+                          f"steps up: batch {b + 1} was not tried", RuntimeWarning, stacklevel=5)
+            return b, trial, strategy, None, False
+        nb = min(start + step, max_batch)
+        nt, ns = real(nb)
+        moves += 1
         if nt is None or not nt.fits:
-            confirmed = True
-            break
-        b, moves, trial, strategy = b + 1, moves + 1, nt, ns
-        next_trial = None
-        confirmed = b >= max_batch
-    return b, trial, strategy, next_trial, confirmed
+            b, trial, strategy, above = _bisect_real(real, b, trial, strategy, nb, nt)
+            return b, trial, strategy, above, True
+        b, trial, strategy, step = nb, nt, ns, 2 * step
+    return b, trial, strategy, None, True
+
+
+def _bisect_real(real, lo, trial, strategy, hi, above):
+    """Bisect real runs between batch `lo`, which fits (its `trial` and `strategy`), and `hi` >
+    lo, which does not (its trial `above`): the largest that fits, its trial and plan, and the
+    trial of the batch after it."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        t, s = real(mid)
+        if t is not None and t.fits:
+            lo, trial, strategy = mid, t, s
+        else:
+            hi, above = mid, t
+    return lo, trial, strategy, above

@@ -163,12 +163,30 @@ class TestSearch:
         assert batch_of(r.graph) == 50 and r.traced is self.graphs
 
     def test_real_steps_move_the_answer_down_and_up(self):
+        # real steps fit up to 48: steps of 1 and 2 below 50 find a fit; 49 is known not to fit
         down = search(self.graphs, LIMIT, real_steps(offset=2), stand_in())
-        assert down.batch_size == 48 and down.predicted_batch_size == 50
-        assert [t.batch_size for t in down.trials] == [50, 49, 48, 49]
+        assert down.batch_size == 48 and down.predicted_batch_size == 50 and down.confirmed
+        assert [t.batch_size for t in down.trials] == [50, 49, 48]
+        assert down.next_trial.batch_size == 49 and not down.next_trial.fits
+        # up to 53: 51 and 52 fit, 54 does not, and the bisection tries 53
         up = search(self.graphs, LIMIT, real_steps(offset=-3), stand_in())
-        assert up.batch_size == 53 and up.confirmed
-        assert [t.batch_size for t in up.trials] == [50, 51, 52, 53, 54]
+        assert up.batch_size == 53 and up.confirmed and up.next_trial.batch_size == 54
+        assert [t.batch_size for t in up.trials] == [50, 51, 52, 54, 53]
+
+    @pytest.mark.parametrize("offset", [-700, -300, -37, -1, 0, 1, 9, 30, 47, 49])
+    def test_far_from_the_prediction_the_runs_grow_as_a_logarithm(self, offset):
+        """Real steps that fit up to 50 - offset (the prediction is 50): the answer is that
+        batch, b + 1 is shown not to fit, and the runs are about 2 log2 of the distance."""
+        runs = []
+        r = search(self.graphs, LIMIT, real_steps(offset=offset, runs=runs), stand_in(),
+                   max_batch=1 << 12, max_steps=12)
+        want = 50 - offset
+        assert r.batch_size == want and r.confirmed
+        assert r.next_trial.batch_size == want + 1 and not r.next_trial.fits
+        assert r.trials[-1].batch_size in (want, want + 1)
+        fit = {t.batch_size for t in r.trials if t.fits}
+        assert max(fit) == want and all(t.fits == (t.batch_size <= want) for t in r.trials)
+        assert len(runs) == len(set(runs)) <= 2 + 2 * max(1, abs(offset)).bit_length()
 
     def test_max_steps_up_warns_and_leaves_it_unconfirmed(self):
         with warnings.catch_warnings(record=True) as w:
@@ -199,9 +217,13 @@ class TestSearch:
             search(self.graphs, 100, real_steps(), stand_in(), front=front)
         assert e.value.min_budget == BASE + SLOPE and e.value.batch_size == 1
         assert isinstance(e.value, ls.InfeasibleBudgetError) and e.value.budget == 100
-        with pytest.raises(ls.NoBatchFitsError, match="in real runs") as e:
+        # steps of 1, 2 and 4 below 50 (49, 48, 46) do not fit either
+        with pytest.raises(ls.NoBatchFitsError, match="from 50 down to 46 fits") as e:
             search(self.graphs, LIMIT, real_steps(offset=100), stand_in(), max_steps=3)
-        assert e.value.batch_size == 47 and e.value.min_budget == BASE + SLOPE * 147
+        assert e.value.batch_size == 46 and e.value.min_budget == BASE + SLOPE * 146
+        # down to batch 1, which does not fit
+        with pytest.raises(ls.NoBatchFitsError, match="down to 1 fits"):
+            search(self.graphs, LIMIT, real_steps(offset=100), stand_in(), max_steps=12)
 
     def test_a_planner_without_a_plan_has_no_prediction(self):
         def never(graph, limit):

@@ -287,7 +287,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         Graphs already traced for this `loss_fn` (``BatchSizeResult.traced``); the batch sizes
         of `trace_batches` missing from it are traced.
     max_steps : int
-        Real runs allowed to move the answer away from the prediction, in each direction.
+        Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
+        batches, then a bisection; see :func:`lowerset.batching.search`).
     **trace_kwargs
         Passed to :func:`torch_ext.trace` (``cost_model="profile"``, ``measure_memory``).
 

@@ -136,7 +136,7 @@ class TestMaxBatchSizeCPU:
                                    g.facts.resident) > limit - NOISE
         # the prediction is close to the measurement
         assert abs(r.predicted_peak - r.measured_peak) <= 0.05 * r.measured_peak
-        assert r.trials[-1].batch_size == r.batch_size + 1 and not r.trials[-1].fits
+        assert r.next_trial.batch_size == r.batch_size + 1 and not r.next_trial.fits
 
     def test_recomputation_fits_a_larger_batch(self, searches):
         assert searches["lowerset"].batch_size > searches[None].batch_size
