@@ -37,6 +37,9 @@ EVICT, EVICT_STATE, REMATERIALIZE = range(8, 11)  # a runtime cache's events (ba
 EVENT_CODES = ("forward", "drop", "free_value", "free_state", "seed_grad", "recompute",
                "backward", "free_grad", "evict", "evict_state", "rematerialize")
 
+#: A byte bound no schedule reaches: :func:`fold_run` and :func:`peak_and_cost` without a stop.
+NO_STOP = 1 << 62
+
 
 @njit(cache=True, inline="always")
 def _take(ws, top, size):
@@ -514,7 +517,8 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
 @njit(cache=True)
 def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
              arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
-             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, ws, top):
+             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, ws, top,
+             stop=NO_STOP):
     """The memory fold of events from state `st` (:func:`fold_start`); the one statement of
     how events use memory, for :func:`fold` and for a runtime that builds its events one by
     one (:func:`lowerset.baselines.dtr`).
@@ -537,14 +541,17 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     includes them) and, after its highest point, frees those freed after it (``efree_idx``
     from ``efree_ptr``). An event's highest point is its start level plus the larger of what it
     allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its duplicates) and its
-    measured peak (`fpeak`, `bpeak`).
+    measured peak (`fpeak`, `bpeak`). The fold stops after the first event whose highest point
+    passes `stop` (bytes, resident not included): a search that only needs to know whether a
+    schedule stays within a peak.
 
     Returns
     -------
     st : tuple
         The state after the events (its buffer table grown where it filled up).
-    timeline, highs : ndarray of int64, shape (#events,)
-        Bytes in use after each event and at its highest point (resident bytes not included).
+    timeline, highs : ndarray of int64, shape (#events folded,)
+        Bytes in use after each event and at its highest point (resident bytes not included):
+        all the events, or up to the one that passed `stop`.
     top : int
         The arena's first free index after `timeline` and `highs` (`ws`, `top`: see the module
         docstring).
@@ -652,9 +659,13 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
                     gy[o] = -1
         timeline[i] = used
         highs[i] = used + extra
+        if highs[i] > stop:
+            n_ev = i + 1
+            break
     scal[0] = used
     scal[1] = nb
-    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline, highs, top
+    return ((bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline[:n_ev], highs[:n_ev],
+            top)
 
 
 @njit(cache=True, inline="always")
@@ -747,20 +758,31 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                   rout_ptr, rout_idx, n_out, n_targets, resident, out_ptr, out_node, out_bytes,
                   out_view, arg_out, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
                   returned, held, seed, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
-                  made_ptr, made_idx, efree_ptr, efree_idx, cost, ws):
+                  made_ptr, made_idx, efree_ptr, efree_idx, cost, ws, cost_cap=NO_STOP,
+                  peak_cap=NO_STOP):
     """The peak (bytes, resident included) and the recomputation cost (cost units) of the
     schedule that drops `dropped`: the three passes and the fold, in one call that releases
     the GIL (a local search evaluates moves on several threads), its arrays from the arena
-    `ws` (see the module docstring).
+    `ws` (see the module docstring). The recomputation cost comes from the first pass; where
+    it passes `cost_cap`, or the fold passes `peak_cap` (bytes, resident included), the call
+    stops there and returns -1 for the peak.
 
     Returns
     -------
-    peak, recompute_cost : int
+    peak : int
+        -1 where a cap stopped the call.
+    recompute_cost : int
     top : int
         The arena entries the call used (more than ``ws.shape[0]`` where it had to allocate).
     """
     ckind, cnode, top = compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr,
                                        arg_node, rarg_ptr, rarg_idx, rout_ptr, ws, 0)
+    total = 0
+    for i in range(ckind.shape[0]):
+        if ckind[i] == RECOMPUTE:
+            total += cost[cnode[i]]
+    if total > cost_cap:
+        return -1, total, top
     slot, start, last, top = liveness(ckind, cnode, n_out, state, stoch, out_ptr, arg_ptr,
                                       arg_out, rarg_ptr, rarg_idx, rout_ptr, rout_idx, returned,
                                       held, ws, top)
@@ -773,14 +795,11 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                                         out_view, state, stoch, arg_ptr, arg_target, arg_size,
                                         arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
                                         sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-                                        efree_idx, ws, top)
+                                        efree_idx, ws, top, peak_cap - resident)
     high = 0
     for i in range(highs.shape[0]):
         if highs[i] > high:
             high = highs[i]
-    peak = resident + high
-    total = 0
-    for i in range(kind.shape[0]):
-        if kind[i] == RECOMPUTE or kind[i] == REMATERIALIZE:
-            total += cost[node[i]]
-    return peak, total, top
+    if resident + high > peak_cap:
+        return -1, total, top
+    return resident + high, total, top

@@ -24,13 +24,16 @@ networks' plans.)
 
 The schedule, hence the peak and the overhead, depends only on the dropped nodes (``V_i ∖
 ∂(L_i)`` for ``i < k``, :func:`lowerset.scheduling.dropped_nodes`), so each distinct dropped set
-is scheduled once. The search is a first-improvement hill climb: it takes the first move that
-improves the objective and resumes the scan from the next node. At a local optimum of these
-moves it tries pairs of moves (the first in order of its own objective, which need not
-improve: keeping one value and dropping another is such a pair) where there are at most
-:data:`PAIR_MOVES` pairs, and climbs on from a pair that improves. It stops when neither
-improves or after `max_evaluations` schedules. It is a local search, not an optimum over all
-lower-set sequences (:func:`lowerset.optimum` measures how far it is).
+is scheduled at most once in full. A move is judged against caps that follow from the best objective so far
+(a higher recomputation cost than the best plan within the budget, a peak over the budget or
+over the best peak): its schedule stops where it passes one (the kernel's ``cost_cap`` and
+``peak_cap``), which the decision needs no more than. The search is a first-improvement hill
+climb: it takes the first move that improves the objective and resumes the scan from the next
+node. At a local optimum of these moves it tries pairs of moves (the first in order of its own
+objective, which need not improve: keeping one value and dropping another is such a pair)
+where there are at most :data:`PAIR_MOVES` pairs, and climbs on from a pair that improves. It
+stops when neither improves or after `max_evaluations` schedules. It is a local search, not an
+optimum over all lower-set sequences (:func:`lowerset.optimum` measures how far it is).
 
 References
 ----------
@@ -99,17 +102,25 @@ class _Scheduler:
         """Bool per node: the nodes the labelling's sequence drops (:func:`dropped_of_labels`)."""
         return dropped_of_labels(self.graph, seg)
 
-    def __call__(self, seg):
+    def __call__(self, seg, caps=None):
+        """``(peak, cost)`` of labelling `seg`; with `caps` (a cost cap and a peak cap, either
+        None: :meth:`_Objective.caps`), None where its cost or its peak passes them. A
+        schedule judged against caps is stopped there (the kernel's caps) and kept in ``memo``
+        as ``(None, cost)``: the caps of a search only tighten, so it stays beyond them; an
+        ask without caps computes it whole."""
         d, key = self._keyed(seg)
         out = self.memo.get(key)
-        if out is None:
+        if out is None or (out[0] is None and caps is None):
             future = self._ahead.pop(key, None)
             out = self._known.get(key)
             if out is None:
-                out = future.result() if future is not None else _peak_and_cost(self.graph, d)
-                remember_schedule(self.graph, key, out)
+                out = future.result() if future is not None else None
+                if out is None or (out[0] is None and caps is None):
+                    out = _peak_and_cost(self.graph, d, *(caps or (None, None)))
+                if out[0] is not None:
+                    remember_schedule(self.graph, key, out)
             self.memo[key] = out
-        return out
+        return None if out[0] is None else out
 
     def _keyed(self, seg, keep=False):
         """The labelling's dropped nodes and their packed bytes (the memo's key); those of a
@@ -123,13 +134,15 @@ class _Scheduler:
             self._seen[id(seg)] = (seg, d, key)
         return d, key
 
-    def submit(self, seg):
-        """Start the schedule of labelling `seg` on the pool, unless it is known or under way."""
+    def submit(self, seg, caps=None):
+        """Start the schedule of labelling `seg` on the pool (against `caps`, as
+        :meth:`__call__`), unless it is known or under way."""
         if self._pool is None:
             return
         d, key = self._keyed(seg, keep=True)
         if key not in self.memo and key not in self._ahead and key not in self._known:
-            self._ahead[key] = self._pool.submit(_peak_and_cost, self.graph, d)
+            self._ahead[key] = self._pool.submit(_peak_and_cost, self.graph, d,
+                                                 *(caps or (None, None)))
 
     def abandon(self):
         """Forget the labellings submitted for a scan that has ended: their schedules that have
@@ -139,12 +152,25 @@ class _Scheduler:
             del self._ahead[key]
 
 
-def _objective(budget):
+class _Objective:
     """Key to minimise: (peak, cost) without a budget; with one, plans within it first, by
     (cost, peak), then the others by (peak, cost)."""
-    if budget is None:
-        return lambda peak, cost: (0, peak, cost)
-    return lambda peak, cost: (0, cost, peak) if peak <= budget else (1, peak, cost)
+
+    def __init__(self, budget):
+        self.budget = budget
+
+    def __call__(self, peak, cost):
+        if self.budget is None:
+            return 0, peak, cost
+        return (0, cost, peak) if peak <= self.budget else (1, peak, cost)
+
+    def caps(self, best):
+        """(cost cap, peak cap): a schedule whose cost or peak passes them has a key above
+        `best` (a key of this objective); None where no cap follows. As `best` falls, they
+        only tighten."""
+        if self.budget is not None and best[0] == 0:
+            return best[1], self.budget    # within the budget: a higher cost or over it
+        return None, best[1]               # a higher peak
 
 
 def _relabel(seg2):
@@ -258,7 +284,7 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     if budget is not None:
         budget = check_budget(budget)
     check_count(max_evaluations, "max_evaluations", 1)
-    key = _objective(budget)
+    key = _Objective(budget)
     workers = _limits.cores()
     with (concurrent.futures.ThreadPoolExecutor(workers) if workers > 1
           else contextlib.nullcontext()) as pool:   # one core: no pool, schedules when asked
@@ -294,15 +320,15 @@ def _climb(graph, run, key, seg, max_evaluations, deadline):
     return seg, changed
 
 
-def _ahead(moves, run):
-    """`moves`, each one's schedule submitted (:meth:`_Scheduler.submit`) when it is
-    :data:`AHEAD` per thread before the scan reaches it; what a scan leaves is abandoned when
-    the next starts."""
+def _ahead(moves, run, caps=None):
+    """`moves`, each one's schedule submitted (:meth:`_Scheduler.submit`, against `caps`) when
+    it is :data:`AHEAD` per thread before the scan reaches it; what a scan leaves is abandoned
+    when the next starts."""
     run.abandon()
     window = collections.deque()
     size = AHEAD * _limits.cores()
     for move in moves:
-        run.submit(move[0])
+        run.submit(move[0], caps)
         window.append(move)
         if len(window) > size:
             yield window.popleft()
@@ -313,11 +339,13 @@ def _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline
     """The first move from `seg` (scanning from node `start`) whose objective is below `best`:
     (labelling, objective, next start), or None (none, or `max_evaluations` reached)."""
     moves = _moves(graph, seg, run.dropped(seg), run.droppable, start)
-    for seg2, v in _ahead(moves, run):
+    caps = key.caps(best)
+    for seg2, v in _ahead(moves, run, caps):
         if deadline is not None:
             deadline()
-        k2 = key(*run(seg2))
-        if k2 < best:
+        point = run(seg2, caps)   # None: beyond the caps, so not below best
+        k2 = None if point is None else key(*point)
+        if k2 is not None and k2 < best:
             return seg2, k2, v + 1
         if len(run.memo) >= max_evaluations:
             return None

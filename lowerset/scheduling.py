@@ -466,10 +466,12 @@ def _arena(top):
     return ws
 
 
-def _peak_and_cost(g, dropped):
+def _peak_and_cost(g, dropped, cost_cap=None, peak_cap=None):
     """``(peak, recompute_cost)`` of the schedule that drops `dropped` (bool per node): those
     of ``_fold(g, _hooked_arrays(g, dropped))`` and :func:`_recompute_cost`, in one kernel
-    call that releases the GIL."""
+    call that releases the GIL. Where the cost passes `cost_cap` (cost units) or the peak
+    passes `peak_cap` (bytes), the kernel stops there and the peak is None (the cost is
+    exact either way)."""
     f = flat_facts(g)
     ws = _arena(0)
     peak, cost, top = _k.peak_and_cost(
@@ -478,10 +480,15 @@ def _peak_and_cost(g, dropped):
         f.out_node, f.out_bytes, f.out_view, f.arg_out, f.arg_target, f.arg_size, f.arg_gsize,
         f.arg_grad, f.arg_gview, f.returned, f.held, f.seed, f.grad_out, f.fpeak, f.bpeak,
         f.sum_inplace, f.ext_bytes, f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx,
-        _cost_array(g), ws)
+        _cost_array(g), ws, _cap(cost_cap), _cap(peak_cap))
     if top > ws.shape[0]:
         _arena(top)   # the next call on this thread takes all it needs from the arena
-    return int(peak), int(cost)
+    return (None if peak < 0 else int(peak)), int(cost)
+
+
+def _cap(x):
+    """A kernel's cap argument: `x` as int64 (capped below :data:`_k.NO_STOP`), none for None."""
+    return _k.NO_STOP if x is None else int(min(x, _k.NO_STOP))
 
 
 #: Bytes of dropped-set keys a graph keeps in :func:`known_schedules` before it forgets them.

@@ -274,6 +274,14 @@ def test_peak_and_cost_in_one_kernel_are_the_naive_schedules(data):
     ws[:] = data.draw(st.integers(-(2 ** 40), 2 ** 40), label="what the arena holds")
     assert scheduling._peak_and_cost(g, dropped) == want
     assert scheduling._arena(0) is ws   # the arena was large enough: the kernel reused it
+    # with caps: the same where the schedule stays within them, else no peak (the cost exact)
+    peak, cost = want
+    for cost_cap in (None, cost - 1, cost, cost + data.draw(st.integers(0, 3))):
+        for peak_cap in (None, peak - 1, peak, peak + data.draw(st.integers(0, 2 ** 20))):
+            beyond = ((cost_cap is not None and cost > cost_cap)
+                      or (peak_cap is not None and peak > peak_cap))
+            got = scheduling._peak_and_cost(g, dropped, cost_cap, peak_cap)
+            assert got == ((None, cost) if beyond else want), (cost_cap, peak_cap)
 
 
 @pytest.mark.parametrize("cap", [7, 60, 4000])
@@ -296,8 +304,8 @@ def test_schedules_computed_ahead_on_threads_do_not_change_the_search(cap):
         asked = []
         real = refine_module._Scheduler.__call__
 
-        def counting(self, seg):
-            out = real(self, seg)
+        def counting(self, seg, caps=None):
+            out = real(self, seg, caps)
             asked.append(len(self.memo))
             return out
         refine_module._Scheduler.__call__ = counting
@@ -335,7 +343,7 @@ def test_schedules_known_from_an_earlier_search_do_not_change_the_search(kept_by
         computed = []
         real = refine_module._peak_and_cost
         monkeypatch.setattr(refine_module, "_peak_and_cost",
-                            lambda g_, d: computed.append(1) or real(g_, d))
+                            lambda g_, d, *caps: computed.append(1) or real(g_, d, *caps))
         start = ls.baselines.chen_sqrtn(g)
         r = refine(g, start, budget)
         monkeypatch.setattr(refine_module, "_peak_and_cost", real)
