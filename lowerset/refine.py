@@ -103,22 +103,22 @@ class _Scheduler:
         return dropped_of_labels(self.graph, seg)
 
     def __call__(self, seg, caps=None):
-        """``(peak, cost)`` of labelling `seg`; with `caps` (a cost cap and a peak cap, either
-        None: :meth:`_Objective.caps`), None where its cost or its peak passes them. A
-        schedule judged against caps is stopped there (the kernel's caps) and kept in ``memo``
-        as ``(None, cost)``: the caps of a search only tighten, so it stays beyond them; an
-        ask without caps computes it whole."""
+        """``(peak, cost)`` of labelling `seg`; with `caps` (:meth:`_Objective.caps`), None
+        where its cost or its peak passes them. A schedule judged against caps is stopped
+        there (:func:`_schedule_within`) and kept, in ``memo`` and on the graph, as what it
+        showed: ``(None, cost, floor)``. An ask that such a record does not decide (one
+        without caps, or with caps it does not pass) computes the schedule again; within a
+        search the caps only tighten, so its own records decide its later asks."""
         d, key = self._keyed(seg)
         out = self.memo.get(key)
-        if out is None or (out[0] is None and caps is None):
+        if not _decides(out, caps):
             future = self._ahead.pop(key, None)
             out = self._known.get(key)
-            if out is None:
+            if not _decides(out, caps):
                 out = future.result() if future is not None else None
-                if out is None or (out[0] is None and caps is None):
-                    out = _peak_and_cost(self.graph, d, *(caps or (None, None)))
-                if out[0] is not None:
-                    remember_schedule(self.graph, key, out)
+                if not _decides(out, caps):
+                    out = _schedule_within(self.graph, d, caps)
+                remember_schedule(self.graph, key, out)
             self.memo[key] = out
         return None if out[0] is None else out
 
@@ -136,13 +136,13 @@ class _Scheduler:
 
     def submit(self, seg, caps=None):
         """Start the schedule of labelling `seg` on the pool (against `caps`, as
-        :meth:`__call__`), unless it is known or under way."""
+        :meth:`__call__`), unless it is under way or known well enough."""
         if self._pool is None:
             return
         d, key = self._keyed(seg, keep=True)
-        if key not in self.memo and key not in self._ahead and key not in self._known:
-            self._ahead[key] = self._pool.submit(_peak_and_cost, self.graph, d,
-                                                 *(caps or (None, None)))
+        if (key not in self.memo and key not in self._ahead
+                and not _decides(self._known.get(key), caps)):
+            self._ahead[key] = self._pool.submit(_schedule_within, self.graph, d, caps)
 
     def abandon(self):
         """Forget the labellings submitted for a scan that has ended: their schedules that have
@@ -150,6 +150,32 @@ class _Scheduler:
         self._seen.clear()
         for key in [k for k, f in self._ahead.items() if f.cancel()]:
             del self._ahead[key]
+
+
+def _schedule_within(graph, dropped, caps):
+    """The schedule of `dropped` against `caps` (cost cap, peak cap; None: none): ``(peak,
+    cost)``, or where it passes them ``(None, cost, floor)``: the cost is exact and the peak
+    is above `floor` (bytes; -1 where the cost stopped it)."""
+    cost_cap, peak_cap = caps or (None, None)
+    peak, cost = _peak_and_cost(graph, dropped, cost_cap, peak_cap)
+    if peak is not None:
+        return peak, cost
+    return None, cost, (peak_cap if cost_cap is None or cost <= cost_cap else -1)
+
+
+def _decides(point, caps):
+    """Whether `point` (a record of :func:`_schedule_within`, or None) answers an ask with
+    `caps`: a whole schedule does; a stopped one where its cost or its peak's floor shows it
+    beyond `caps`."""
+    if point is None:
+        return False
+    if point[0] is not None:
+        return True
+    if caps is None:
+        return False
+    cost_cap, peak_cap = caps
+    return ((cost_cap is not None and point[1] > cost_cap)
+            or (peak_cap is not None and point[2] >= peak_cap))
 
 
 class _Objective:

@@ -504,14 +504,21 @@ def known_schedules(g):
     """The ``(peak, recompute_cost)`` of the dropped sets scheduled on `g` so far, by
     :func:`dropped_key`, kept on the graph (a Graph is immutable, and so are its schedules):
     the planner's calls on one graph (the pool's candidates, the local searches of `pareto`
-    and `solve`) ask for many of the same ones. :func:`remember_schedule` adds to it."""
+    and `solve`) ask for many of the same ones. :func:`remember_schedule` adds to it. A
+    schedule that a local search stopped at its caps is kept as ``(None, recompute_cost,
+    floor)``: its peak is above `floor` bytes (-1: not known)."""
     return g.__dict__.setdefault("_known_schedules", {})
 
 
 def remember_schedule(g, key, point):
-    """Keep `point` (peak, recompute_cost) of dropped set `key` on `g`; the keys kept stay
-    within :data:`KNOWN_SCHEDULE_BYTES` (all are forgotten at once when they would pass it)."""
+    """Keep `point` (peak, recompute_cost) of dropped set `key` on `g`, or a stopped schedule's
+    ``(None, recompute_cost, floor)`` unless `g` knows more of it (the whole schedule, or a
+    floor at least as high); the keys kept stay within :data:`KNOWN_SCHEDULE_BYTES` (all are
+    forgotten at once when they would pass it)."""
     known = known_schedules(g)
+    old = known.get(key)
+    if point[0] is None and old is not None and (old[0] is not None or old[2] >= point[2]):
+        return
     if (len(known) + 1) * (len(key) + 100) > KNOWN_SCHEDULE_BYTES:
         known.clear()
     known[key] = point
@@ -522,7 +529,7 @@ def _known_peak_and_cost(g, dropped):
     there where it does not)."""
     key = dropped_key(dropped)
     out = known_schedules(g).get(key)
-    if out is None:
+    if out is None or out[0] is None:
         out = _peak_and_cost(g, dropped)
         remember_schedule(g, key, out)
     return out

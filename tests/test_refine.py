@@ -362,3 +362,42 @@ def test_schedules_known_from_an_earlier_search_do_not_change_the_search(kept_by
         assert known <= set(scheduling.known_schedules(g))
     else:
         assert len(scheduling.known_schedules(g)) * 100 <= kept_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_a_stopped_schedule_is_kept_as_what_it_showed(data):
+    """A schedule stopped at its caps is kept as (None, cost, floor): the cost exact, the peak
+    above the floor (the peak cap where the peak stopped it, -1 where the cost did); the graph
+    keeps a whole schedule over a stopped one, and the higher of two floors; such a record
+    answers an ask whose caps it passes, and no other."""
+    from lowerset import refine as refine_module, scheduling
+
+    g = data.draw(graphs_with_facts(min_nodes=2, max_nodes=8))
+    s = data.draw(canonical_strategies(g))
+    dropped = scheduling.dropped_nodes(s)
+    peak, cost = scheduling._peak_and_cost(g, dropped)
+    within = refine_module._schedule_within
+    decides = refine_module._decides
+    assert within(g, dropped, None) == (peak, cost)
+    assert within(g, dropped, (cost, peak)) == (peak, cost)
+    by_peak = within(g, dropped, (None, peak - 1))
+    assert by_peak == (None, cost, peak - 1)
+    assert within(g, dropped, (cost - 1, peak + 5)) == (None, cost, -1)
+    # what the record answers
+    assert decides(by_peak, (None, peak - 1)) and decides(by_peak, (None, peak - 7))
+    assert not decides(by_peak, (None, peak)) and not decides(by_peak, None)
+    assert decides((None, cost, -1), (cost - 1, None))
+    assert not decides((None, cost, -1), (cost, 10 ** 18))
+    assert decides((peak, cost), None) and not decides(None, (1, 1))
+    # what the graph keeps
+    key = scheduling.dropped_key(dropped)
+    g2 = g.with_facts(g.facts)
+    scheduling.remember_schedule(g2, key, (None, cost, peak - 3))
+    scheduling.remember_schedule(g2, key, (None, cost, peak - 9))
+    assert scheduling.known_schedules(g2)[key] == (None, cost, peak - 3)
+    scheduling.remember_schedule(g2, key, (None, cost, peak - 1))
+    assert scheduling.known_schedules(g2)[key] == (None, cost, peak - 1)
+    assert scheduling._known_peak_and_cost(g2, dropped) == (peak, cost)
+    scheduling.remember_schedule(g2, key, (None, cost, peak - 2))
+    assert scheduling.known_schedules(g2)[key] == (peak, cost)
