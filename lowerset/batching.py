@@ -698,10 +698,13 @@ def _confirm_down(real, predicted, limit, name, max_steps, front):
         moves += 1
         if b == 1 or moves > max_steps:
             measured = trial and trial.measured_peak
+            last = ("the last batch had no plan" if trial is None else
+                    f"the last run measured {measured} bytes" if measured is not None else
+                    f"the last run measured nothing: {trial.error or 'no error given'}")
             raise front.no_fit_error(
                 f"no batch size from {predicted} down to {b} fits {limit} bytes in real runs "
-                f"with planner {name} (the prediction was {predicted}); the last run measured "
-                f"{measured} bytes", limit, measured, b)
+                f"with planner {name} (the prediction was {predicted}); {last}", limit,
+                measured, b)
         b = max(1, predicted - step)
         trial, strategy = real(b)
         if trial is not None and trial.fits:

@@ -224,6 +224,13 @@ class TestSearch:
         # down to batch 1, which does not fit
         with pytest.raises(ls.NoBatchFitsError, match="down to 1 fits"):
             search(self.graphs, LIMIT, real_steps(offset=100), stand_in(), max_steps=12)
+        # a device that enforces the limit: the error names what the last run said
+
+        def out_of_memory(b, strategy, graph):
+            return False, None, f"OutOfMemoryError: allocating {b} bytes"
+        with pytest.raises(ls.NoBatchFitsError,
+                           match="measured nothing: OutOfMemoryError: allocating 46 bytes"):
+            search(self.graphs, LIMIT, out_of_memory, stand_in(), max_steps=3)
 
     def test_a_planner_without_a_plan_has_no_prediction(self):
         def never(graph, limit):
