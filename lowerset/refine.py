@@ -24,15 +24,16 @@ networks' plans.)
 
 The schedule, hence the peak and the overhead, depends only on the dropped nodes (``V_i ∖
 ∂(L_i)`` for ``i < k``, :func:`lowerset.scheduling.dropped_nodes`), so each distinct dropped set
-is scheduled at most once in full. A move is judged against caps that follow from the best objective so far
-(a higher recomputation cost than the best plan within the budget, a peak over the budget or
-over the best peak): its schedule stops where it passes one (the kernel's ``cost_cap`` and
-``peak_cap``), which the decision needs no more than. The search is a first-improvement hill
-climb: it takes the first move that improves the objective and resumes the scan from the next
-node. At a local optimum of these moves it tries pairs of moves (the first in order of its own
-objective, which need not improve: keeping one value and dropping another is such a pair)
-where there are at most :data:`PAIR_MOVES` pairs, and climbs on from a pair that improves. It
-stops when neither improves or after `max_evaluations` schedules. It is a local search, not an
+is scheduled at most once in full. A move is judged against caps that follow from the best
+objective so far (a higher recomputation cost than the best plan within the budget, a peak over
+the budget or over the best peak): its schedule stops where it passes one (the kernel's
+``cost_cap`` and ``peak_cap``), which the decision needs no more than, and what it showed is
+kept on the graph for later searches. The search is a first-improvement hill climb: it takes
+the first move that improves the objective and resumes the scan from the next node. At a local
+optimum of these moves it tries pairs of moves (the first in order of its own objective, which
+need not improve: keeping one value and dropping another is such a pair) where there are at
+most :data:`PAIR_MOVES` pairs, and climbs on from a pair that improves. It stops when neither
+improves or after `max_evaluations` schedules. It is a local search, not an
 optimum over all lower-set sequences (:func:`lowerset.optimum` measures how far it is).
 
 References
