@@ -30,7 +30,8 @@ AUTO = "auto"
 _FIRST_TCAP = 4
 # With the A* bound lb0 of the empty set, the deepening starts at lb0 times the ratio of the
 # optimum to lb0 in the family's last pass, times this margin (neighbouring budgets' ratios
-# differ by a few per cent)
+# differ by a few per cent); a priced bound's first pass in a family, with no ratio yet, takes
+# the ratio 1 (its lb0 lies a few per cent below the optimum: see the README's planner section)
 _RATIO_MARGIN = 1.04
 # multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used on a
 # family where a pass has read _PRICES_PAY times its scan, for caps of at least _BOUND_MIN_CAP
@@ -627,9 +628,12 @@ def _start_at_bound(bound, tcap, cap_max, failed, ratio):
     """(overhead cap, base) of the time-centric deepening once its A* `bound` is known (cost
     units): the base is the bound of ∅, ``lb0`` (no sequence recomputes less); the cap is at
     least ``lb0`` and above the last cap that `failed`, and at most ``lb0`` times `ratio` (the
-    optimum over ``lb0`` in the family's last pass with this kind of bound, or None) times
-    :data:`_RATIO_MARGIN`, or the cap so far `tcap`."""
+    optimum over ``lb0`` in the family's last pass with this kind of bound, or None: 1 for a
+    bound that prices the cache, none for one that does not) times :data:`_RATIO_MARGIN`, or
+    the cap so far `tcap`."""
     base = min(cap_max, int(bound.lb[0]))
+    if ratio is None and bound.lam.shape[0] > 1:
+        ratio = 1.0
     if base > 0 and ratio:
         tcap = min(tcap, int(base * ratio * _RATIO_MARGIN) + 1)
     return max(tcap, base, failed + 1), base
