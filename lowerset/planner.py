@@ -165,39 +165,91 @@ def _pool(G, method, max_lower_sets, deadline):
     return out
 
 
+class _Passes:
+    """The pool's DP passes, handed to the threads of :func:`_run_chains` one at a time.
+
+    A chain's passes start in its order. Its first pass runs alone: it is the costliest, and
+    the others start from its optimum. After it, a free thread takes, in this order of
+    preference: the next pass of a chain whose pass before it is done (time-centric chains
+    first, then the chain with the fewest passes started); a memory-centric pass; the next
+    time-centric pass of a chain whose pass before it is still running. That last one starts
+    from the optima of the passes done, one budget further below (a deepening started further
+    from its optimum costs more), so it runs only where a thread would otherwise wait."""
+
+    def __init__(self, chains):
+        self.chains = chains
+        self.started = [0] * len(chains)
+        self.done = [set() for _ in chains]
+        self.stopped = False
+        self.changed = threading.Condition()
+
+    def _rank(self, i):
+        k = self.started[i]
+        waiting = k > 0 and k - 1 not in self.done[i]
+        return waiting, self.chains[i][0][1] != "time", k, i
+
+    def take(self):
+        """(chain, position) of the next pass to run; None when all have started or after
+        :meth:`stop`. Waits while a chain's first pass runs and nothing else is left."""
+        with self.changed:
+            while not self.stopped:
+                left = [i for i, c in enumerate(self.chains) if self.started[i] < len(c)]
+                if not left:
+                    return None
+                free = [i for i in left if self.started[i] == 0 or 0 in self.done[i]]
+                if free:
+                    i = min(free, key=self._rank)
+                    self.started[i] += 1
+                    return i, self.started[i] - 1
+                self.changed.wait()
+            return None
+
+    def finish(self, i, k):
+        """Pass `k` of chain `i` is done."""
+        with self.changed:
+            self.done[i].add(k)
+            self.changed.notify_all()
+
+    def stop(self):
+        """Hand out no more passes."""
+        with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+
+
 def _run_chains(G, chains, max_lower_sets, deadline):
     """The paper's DP at each (family, mode, eq. (2) budget) of each chain; the plans, per chain.
 
-    A chain runs in its order (the time-centric ones ascending: each pass's deepening starts
-    from the optima before it, :func:`_paper`); the chains run on up to
-    :func:`lowerset._limits.cores` threads (the DP kernel releases the GIL), each pass allowed
-    its share of the memory cap, the time-centric chains (the longest) first. The plans are
-    the same whichever runs first: the DP's optimum and back-pointers do not depend on where
-    its deepening starts or ends. The first error stops the other chains after their pass in
-    progress, and is raised."""
-    stop = threading.Event()
+    The passes run on up to :func:`lowerset._limits.cores` threads (the DP kernel releases the
+    GIL) in the order :class:`_Passes` gives, each allowed its share of the memory cap; a
+    time-centric chain ascends, each pass's deepening starting from the optima cached below it
+    (:func:`_paper`). The plans are the same whichever runs first: the DP's optimum and
+    back-pointers do not depend on where its deepening starts or ends. An error stops the
+    other threads after their pass in progress, and is raised."""
+    passes = _Passes(chains)
+    out = [[None] * len(c) for c in chains]
 
-    def run(chain):
-        out = []
-        for fam, mode, b in chain:
-            if stop.is_set():
-                break
-            out.append(_paper(G, fam, mode, b, max_lower_sets, deadline))
-        return out
+    def work():
+        while (task := passes.take()) is not None:
+            i, k = task
+            fam, mode, b = chains[i][k]
+            out[i][k] = _paper(G, fam, mode, b, max_lower_sets, deadline)
+            passes.finish(i, k)
 
-    workers = min(_limits.cores(), len(chains))
+    workers = min(_limits.cores(), sum(len(c) for c in chains))
     if workers <= 1:
-        return [run(c) for c in chains]
-    order = sorted(range(len(chains)), key=lambda i: chains[i][0][1] != "time")
+        work()
+        return out
     with _limits.sharing_memory(workers), \
             concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {i: pool.submit(run, chains[i]) for i in order}
+        futures = [pool.submit(work) for _ in range(workers)]
         try:
-            concurrent.futures.wait(futures.values(),
-                                    return_when=concurrent.futures.FIRST_EXCEPTION)
+            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
         finally:
-            stop.set()   # on an error or an interrupt the others stop after their pass
-        return [futures[i].result() for i in range(len(chains))]
+            passes.stop()   # on an error or an interrupt the others stop after their pass
+        for f in futures:
+            f.result()
+    return out
 
 
 def _large(G, max_lower_sets):

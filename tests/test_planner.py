@@ -268,6 +268,60 @@ def test_pool_threads_do_not_change_the_front(g):
     assert fronts[0] == fronts[1] == fronts[2]
 
 
+def test_passes_are_handed_out_in_order():
+    """A chain's first pass runs alone; then a pass whose predecessor is done comes first,
+    time-centric before memory-centric, and one whose predecessor still runs comes last."""
+    from lowerset.planner import _Passes
+
+    time_chain = [("approx", "time", b) for b in (1, 2, 3)]
+    passes = _Passes([time_chain, [("approx", "memory", 1)], [("approx", "memory", 2)]])
+    assert passes.take() == (0, 0)
+    assert passes.take() == (1, 0)   # the time chain waits for its first pass
+    passes.finish(0, 0)
+    assert passes.take() == (0, 1)
+    assert passes.take() == (2, 0)   # before the time pass whose predecessor runs
+    assert passes.take() == (0, 2)
+    assert passes.take() is None
+
+
+def test_a_thread_waits_for_a_chains_first_pass():
+    import threading
+
+    from lowerset.planner import _Passes
+
+    passes = _Passes([[("approx", "time", 1), ("approx", "time", 2)]])
+    assert passes.take() == (0, 0)
+    got = []
+    t = threading.Thread(target=lambda: got.append(passes.take()))
+    t.start()
+    t.join(0.2)
+    assert t.is_alive() and not got
+    passes.finish(0, 0)
+    t.join(5)
+    assert got == [(0, 1)]
+    passes.stop()
+    assert passes.take() is None
+
+
+def test_an_error_in_a_pass_stops_the_others(monkeypatch):
+    """The first pass of a chain fails: the thread waiting for it starts nothing, and the
+    error is raised."""
+    from lowerset import _limits, planner
+
+    calls = []
+
+    def failing(G, fam, mode, b, max_lower_sets, deadline):
+        calls.append(b)
+        raise ls.SearchLimitError("out of time", limit="time_limit")
+
+    monkeypatch.setattr(planner, "_paper", failing)
+    monkeypatch.setattr(_limits, "cores", lambda: 2)
+    chain = [("approx", "time", b) for b in (10, 20, 30)]
+    with pytest.raises(ls.SearchLimitError, match="out of time"):
+        planner._run_chains(ls.Graph.chain(4, memory=10), [chain], 10, None)
+    assert calls == [10]
+
+
 def test_sharing_memory_divides_the_cap():
     from lowerset import _limits
 
