@@ -622,7 +622,12 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         sequence, so a time-centric optimum <= `tcap` is still found exactly.
     lb : ndarray of int64, shape (s,)
         Time-centric: a state at set ``b`` is dropped when its overhead passes ``tcap - lb[b]``
-        (zeros drop nothing more).
+        (zeros drop nothing more). Memory-centric: a state at set ``b`` is dropped when its
+        overhead is below ``lb[b]``; with ``lb[b] = T(L_b) - (T(V) - floor)`` these are the
+        states that cannot reach V with an overhead of `floor` or more, because no sequence
+        adds more than ``T(V ∖ L_b)`` after ``b`` (dt <= T(L_b ∖ L_a) at every step), so a
+        state dropped has no successor that reaches it either: the front of V keeps every
+        state of overhead >= floor, with the same back-pointers (zeros drop nothing).
     g, lam : ndarray of float64, shapes (s, K) and (K,)
         Time-centric, with K > 0: a state (t, m) that survives `lb` is left out of the front of
         ``b`` when ``t + _bound_at(g, lam, b, budget - m) > tcap`` (:func:`remaining_bound`;
@@ -695,6 +700,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         # dt >= T(L_b ∖ L_a) - T(∂(L_b)); a time-centric front's least overhead is its first
         # entry (a set skipped this way counts as capped: the deepening goes on)
         cap_b = tcap if maximize else tcap - lb[b]
+        low_b = lb[b] if maximize else -1
         room_t = INF if maximize else cap_b - tot_t[b] + bnd_t[b]
         for a in range(class_start[b]):
             if key_m[a] > room:
@@ -722,6 +728,9 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
                     capped += 1
                     if maximize:
                         continue
+                    stop = e + 1
+                    break
+                if t2 < low_b:   # memory-centric: t decreases along the front's suffix
                     stop = e + 1
                     break
                 m2 = fm[e] + dm

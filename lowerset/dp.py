@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _kernels, _limits
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
-from .exceptions import InfeasibleBudgetError, LowersetError, SearchLimitError
+from .exceptions import ArgumentError, InfeasibleBudgetError, LowersetError, SearchLimitError
 from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family
 from .strategy import CanonicalStrategy
 
@@ -490,9 +490,10 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         Seconds (> 0) for the whole call, every phase included; past it,
         :class:`SearchLimitError` is raised within a few milliseconds.
     overhead_bound : int, optional
-        Time-centric mode: an overhead (cost units) that some strategy within `budget` is known
-        to reach (for instance the optimum at a smaller budget). The iterative deepening on
-        the overhead cap then stops at it; the result is the same, found faster.
+        An overhead (cost units) that some strategy within `budget` is known to reach (for
+        instance the optimum at a smaller budget). Time-centric mode: the iterative deepening
+        on the overhead cap stops at it. Memory-centric mode: the states that cannot reach it
+        are dropped (:func:`_kernels.dp_fronts`). The result is the same, found faster.
     overhead_guess : int, optional
         Time-centric mode: a guess of the optimum (cost units). The deepening starts at it (at
         most `overhead_bound`) instead of at 4 cost units, or below it where the A* bound
@@ -510,7 +511,8 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         `max_lower_sets` or `time_limit` has the wrong type.
     ArgumentError
         If `mode` or `method` is unknown, `budget` is negative, NaN or infinite,
-        `max_lower_sets` < 1, or `time_limit` is not positive.
+        `max_lower_sets` < 1, `time_limit` is not positive, or (memory-centric mode) no
+        strategy within `budget` reaches `overhead_bound`.
     InfeasibleBudgetError
         If no canonical strategy of the family fits in `budget`; carries ``min_budget``. This
         is found before the DP runs at `budget`.
@@ -582,14 +584,17 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     T = G.total_cost()
     # Time-centric: iterative deepening on an overhead cap (exact, see dp_fronts); the fronts,
     # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
-    # an overhead some strategy is known to reach ends the deepening there
-    cap_max = T
-    if overhead_bound is not None and not maximize:
+    # An overhead some strategy is known to reach ends the deepening there (time-centric), or
+    # drops the states that cannot reach it (memory-centric).
+    cap_max, bound = T, None
+    if overhead_bound is not None and maximize:
+        bound = _floor(fam, T, overhead_bound)
+    elif overhead_bound is not None:
         cap_max = min(T, max(0, int(overhead_bound)))
     tcap = guess = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
     pays, prices, cache = ("remaining bound pays", method), ("prices pay", method), _cache(G)
     scan = int(fam.class_start.sum())
-    bound, ratio_key, base, failed = None, None, 0, -1
+    ratio_key, base, failed = None, 0, -1
     while True:
         # the caps the pass may reach, for the prices of the cache (0: none)
         reach = (cap_max if whole_front else tcap) if cache.get(prices) else 0
@@ -616,12 +621,22 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
         # a start below `start` (from the ratio) that failed goes on there
         failed = tcap
         tcap = min(cap_max, guess) if tcap < guess else _deeper(tcap, base, cap_max)
+    if fend[last] == fstart[last] and maximize and overhead_bound is not None:
+        raise ArgumentError(f"overhead_bound={overhead_bound}: no strategy within budget "
+                            f"{budget} reaches it (the memory-centric DP keeps only those that do)")
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
     if ratio_key is not None and base > 0:
         cache[ratio_key] = int(ft[fstart[last]:fend[last]].min()) / base
     return fstart, fend, ft, fpa, fpe
+
+
+def _floor(fam, T, overhead):
+    """The memory-centric DP's cut (:func:`_kernels.dp_fronts`'s `lb`) for a known reachable
+    `overhead` (cost units): per set L, the least overhead from which a sequence can still
+    reach it, ``T(L) - (T(V) - overhead)``."""
+    return _Bound(fam.tot_t - (T - int(overhead)), *_NO_LINES)
 
 
 def _start_at_bound(bound, tcap, cap_max, failed, ratio):

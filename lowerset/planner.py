@@ -152,10 +152,8 @@ def _pool(G, method, max_lower_sets, deadline):
                                   time_limit=deadline.left(), return_strategy=True)
         leasts.append(least)
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        # the memory-centric passes depend on no other: each is a chain of its own, so that a
-        # thread done with its time-centric chain takes the ones left
         chains += [[(fam, "time", b) for b in _time_ladder(budgets)]]
-        chains += [[(fam, "memory", b)] for b in budgets]
+        chains += [[(fam, "memory", b) for b in budgets]]
     plans = _run_chains(G, chains, max_lower_sets, deadline)
     for fam, least in zip(families, leasts):   # per family: its least eq. (2) peak, its ladder
         ladder = [s for c, p in zip(chains, plans) if c[0][0] == fam for s in p]
@@ -271,20 +269,24 @@ def _paper(G, method, mode, budget, max_lower_sets, deadline):
     most the pruned family's at the same budget, so the least optimum cached at a budget at
     most this one (of the family, or of the pruned family for the exact one) bounds the DP's
     iterative deepening (``overhead_bound`` of :func:`dp.solve`); the family's last two optima
-    below this budget extrapolate where the deepening starts (``overhead_guess``): the same
-    plan, found faster."""
+    below this budget extrapolate where the deepening starts (``overhead_guess``). Likewise
+    the memory-centric optimum does not decrease with the budget and the exact family's is at
+    least the pruned family's: the largest one cached at a budget at most this one is reached
+    here, and the DP drops the states that cannot reach it. The same plan, found faster."""
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = (method, mode, budget, max_lower_sets)
     with _CACHE_LOCK:   # the pool's threads (:func:`_run_chains`) share the cache
         if key in cache:
             return cache[key]
-        bound = guess = None
+        below = sorted((b, m, s.overhead) for (m, md, b, n), s in cache.items()
+                       if md == mode and n == max_lower_sets and b <= budget
+                       and m in (method, "approx"))
+        guess = None
         if mode == "time":
-            below = sorted((b, m, s.overhead) for (m, md, b, n), s in cache.items()
-                           if md == "time" and n == max_lower_sets and b <= budget
-                           and m in (method, "approx"))
             bound = min((o for _, _, o in below), default=None)
             guess = _guess([o for _, m, o in below if m == method], bound)
+        else:
+            bound = max((o for _, _, o in below), default=None)
     s = dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
                  time_limit=deadline.left(), overhead_bound=bound, overhead_guess=guess)
     with _CACHE_LOCK:

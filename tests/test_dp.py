@@ -880,6 +880,26 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
 
 
 @settings(max_examples=examples(0.5), deadline=None)
+@given(dags(max_nodes=9), st.sampled_from(["exact", "approx"]), st.data())
+def test_memory_centric_floor_does_not_change_the_plan(g, method, data):
+    """The memory-centric DP given an overhead some plan within the budget reaches
+    (``overhead_bound``, at most its optimum) drops the states that cannot reach it and
+    returns the same lower sets as without it; a bound above the optimum is a clear error."""
+    lo = ls.min_budget(g, method)
+    hi = ls.dp.solve(g, 2 * g.total_memory(), mode="memory", method=method).peak_memory
+    budget = data.draw(st.integers(lo, max(lo, hi)), label="budget")
+    plain = ls.dp.solve(g, budget, mode="memory", method=method)
+    floor = data.draw(st.integers(0, plain.overhead), label="floor")
+    for bound in (floor, plain.overhead):
+        s = ls.dp.solve(g.with_facts(g.facts), budget, mode="memory", method=method,
+                        overhead_bound=bound)
+        assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), bound
+    with pytest.raises(ls.ArgumentError, match="overhead_bound"):
+        ls.dp.solve(g.with_facts(g.facts), budget, mode="memory", method=method,
+                    overhead_bound=plain.overhead + 1)
+
+
+@settings(max_examples=examples(0.5), deadline=None)
 @given(dags(max_nodes=9), st.sampled_from([1.01, 1.5, 4.0]))
 def test_min_budget_cutoffs_do_not_change_the_plan(g, growth):
     """The minimal-budget DP's growing cut-off (``dp._least_peak``) gives the budget and the
