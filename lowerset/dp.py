@@ -29,10 +29,12 @@ AUTO = "auto"
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
 # With the A* bound lb0 of the empty set, the deepening starts at lb0 times the ratio of the
-# optimum to lb0 in the family's last pass, times this margin (neighbouring budgets' ratios
-# differ by a few per cent); a priced bound's first pass in a family, with no ratio yet, takes
-# the ratio 1 (its lb0 lies a few per cent below the optimum: see the README's planner section)
-_RATIO_MARGIN = 1.04
+# optimum to lb0 in the family's last pass, times this margin; a priced bound's first pass in
+# a family, with no ratio yet, takes the ratio 1 (its lb0 lies a few per cent below the
+# optimum: see the README's planner section). A pass's work grows with its cap's excess over
+# the optimum, and a start that fails goes on 4x its excess over lb0 (:func:`_next_cap`), so
+# the margin is tight: neighbouring budgets' ratios mostly differ by less than 1%.
+_RATIO_MARGIN = 1.01
 # multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used on a
 # family where a pass has read _PRICES_PAY times its scan, for caps of at least _BOUND_MIN_CAP
 # cost units per multiplier and _SLACK times the bound without them (:func:`_a_star_bound`)
@@ -618,9 +620,8 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
             break
         if tcap >= cap_max:  # the bound was not reached after all: deepen to T
             cap_max = T
-        # a start below `start` (from the ratio) that failed goes on there
         failed = tcap
-        tcap = min(cap_max, guess) if tcap < guess else _deeper(tcap, base, cap_max)
+        tcap = _next_cap(tcap, base, cap_max, guess)
     if fend[last] == fstart[last] and maximize and overhead_bound is not None:
         raise ArgumentError(f"overhead_bound={overhead_bound}: no strategy within budget "
                             f"{budget} reaches it (the memory-centric DP keeps only those that do)")
@@ -652,6 +653,17 @@ def _start_at_bound(bound, tcap, cap_max, failed, ratio):
     if base > 0 and ratio:
         tcap = min(tcap, int(base * ratio * _RATIO_MARGIN) + 1)
     return max(tcap, base, failed + 1), base
+
+
+def _next_cap(tcap, base, cap_max, guess):
+    """The overhead cap after a pass capped at `tcap` failed to reach V (cost units): below the
+    caller's `guess`, the guess, or with a bound of ∅ `base` > 0 (a start from the ratio of
+    an earlier pass, :func:`_start_at_bound`) the deeper cap if that is lower; at or above the
+    guess, :func:`_deeper`."""
+    deeper = _deeper(tcap, base, cap_max)
+    if tcap >= guess:
+        return deeper
+    return min(deeper, guess) if base > 0 else min(cap_max, guess)
 
 
 def _deeper(tcap, base, cap_max):

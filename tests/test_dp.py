@@ -879,6 +879,17 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
             (guess, bound, ratio)
 
 
+def test_next_cap_after_a_failed_pass():
+    """Hand-computed caps: from a start at the bound of ∅ times a ratio, 4x the excess over
+    that bound, at most the guess; without a bound, straight to the guess; at or above the
+    guess, 4x the excess, at most the largest cap."""
+    assert ls.dp._next_cap(5817, 5702, 13730, 7539) == 5702 + 4 * 115
+    assert ls.dp._next_cap(5817, 5702, 13730, 6000) == 6000
+    assert ls.dp._next_cap(131, 0, 13730, 245) == 245
+    assert ls.dp._next_cap(300, 0, 1000, 245) == 1000
+    assert ls.dp._next_cap(300, 100, 5000, 245) == 100 + 4 * 200
+
+
 @settings(max_examples=examples(0.5), deadline=None)
 @given(dags(max_nodes=9), st.sampled_from(["exact", "approx"]), st.data())
 def test_memory_centric_floor_does_not_change_the_plan(g, method, data):
