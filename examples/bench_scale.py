@@ -90,12 +90,25 @@ def warm_up(method):
     ls.solve(g, 0.9 * ls.schedule(g).peak, method=method)
 
 
+def lower_sets(g):
+    """The number of lower sets of `g`, or None above the default ``max_lower_sets`` (where
+    ``method="auto"`` plans over the pruned family and counting further would take long)."""
+    try:
+        return ls.count_lower_sets(g)
+    except ls.SearchLimitError:
+        return None
+
+
+def lower_sets_text(count):
+    return f"> {ls.DEFAULT_MAX_LOWER_SETS:,}" if count is None else f"{count:,}"
+
+
 def bench(family, nodes, time_limit, method="auto"):
     """One row: the graph's figures and one dict per call of :data:`CALLS`."""
     depth, g = block_graphs.sized(family, nodes)
     plain = ls.schedule(g).peak
     row = {"family": family, "depth": depth, "nodes": g.n, "plain": int(plain),
-           "lower_sets": ls.count_lower_sets(g),
+           "lower_sets": lower_sets(g),
            "method": ls.dp.resolve_method(g, method),
            "load_average": [round(x, 2) for x in os.getloadavg()], "calls": {}}
 
@@ -238,7 +251,7 @@ def markdown(rows, slopes, met, machine, time_limit):
     for r in rows:
         c = r["calls"]
         lines.append(
-            f"| {r['family']} | {r['nodes']:,} | {r['lower_sets']:,} | {r['method']} | "
+            f"| {r['family']} | {r['nodes']:,} | {lower_sets_text(r['lower_sets'])} | {r['method']} | "
             f"{r['plain'] / 2**20:,.0f} | " + " | ".join(_cell(c.get(k)) for k in CALLS)
             + f" | {r['memory'] / 2**20:,.0f} | "
             + ("-" if r.get("rss_peak") is None else f"{r['rss_peak'] / 2**20:,.0f}")
@@ -359,7 +372,7 @@ def profile(family, nodes, method="auto"):
                     own[mod] = own.get(mod, 0.0) + tt
         own["other"] = sum(v[2] for v in stats.values()) - sum(own.values())
         cols.append((cum, own))
-    head = [f"{family}, {g.n:,} nodes, {ls.count_lower_sets(g):,} lower sets, method "
+    head = [f"{family}, {g.n:,} nodes, {lower_sets_text(lower_sets(g))} lower sets, method "
             f"{ls.dp.resolve_method(g, method)}, under cProfile (load average "
             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())})", "",
             "| phase (cumulative s; indented ones inside the one above) | "
