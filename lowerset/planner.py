@@ -166,13 +166,13 @@ def _pool(G, method, max_lower_sets, deadline):
 class _Passes:
     """The pool's DP passes, handed to the threads of :func:`_run_chains` one at a time.
 
-    A chain's passes start in its order. Its first pass runs alone: it is the costliest, and
-    the others start from its optimum. After it, a free thread takes the next pass of a chain
-    whose pass before it is done (time-centric chains before memory-centric ones, then the
-    chain with the fewest passes started), and only where there is none the next pass of a
-    chain whose pass before it still runs. Such a pass starts from the optima one budget
-    further below (a time-centric deepening started further from its optimum costs more, a
-    memory-centric pass drops fewer states), so it runs only where a thread would otherwise
+    A chain's passes start in its order, and its second waits for its first: that one is the
+    costliest, and the others start from its optimum. After it, a free thread takes the next
+    pass of a chain whose pass before it is done (time-centric chains before memory-centric
+    ones, then the chain with the fewest passes started), and only where there is none the next
+    pass of a chain whose pass before it still runs. Such a pass starts from the optima one
+    budget further below (a time-centric deepening started further from its optimum costs more,
+    a memory-centric pass drops fewer states), so it runs only where a thread would otherwise
     wait."""
 
     def __init__(self, chains):
