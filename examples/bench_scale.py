@@ -100,6 +100,7 @@ def lower_sets(g):
 
 
 def lower_sets_text(count):
+    """`count` of :func:`lower_sets` as the table shows it."""
     return f"> {ls.DEFAULT_MAX_LOWER_SETS:,}" if count is None else f"{count:,}"
 
 
@@ -251,7 +252,8 @@ def markdown(rows, slopes, met, machine, time_limit):
     for r in rows:
         c = r["calls"]
         lines.append(
-            f"| {r['family']} | {r['nodes']:,} | {lower_sets_text(r['lower_sets'])} | {r['method']} | "
+            f"| {r['family']} | {r['nodes']:,} | {lower_sets_text(r['lower_sets'])} | "
+            f"{r['method']} | "
             f"{r['plain'] / 2**20:,.0f} | " + " | ".join(_cell(c.get(k)) for k in CALLS)
             + f" | {r['memory'] / 2**20:,.0f} | "
             + ("-" if r.get("rss_peak") is None else f"{r['rss_peak'] / 2**20:,.0f}")

@@ -624,7 +624,8 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
         tcap = _next_cap(tcap, base, cap_max, guess)
     if fend[last] == fstart[last] and maximize and overhead_bound is not None:
         raise ArgumentError(f"overhead_bound={overhead_bound}: no strategy within budget "
-                            f"{budget} reaches it (the memory-centric DP keeps only those that do)")
+                            f"{budget} reaches it (the memory-centric DP keeps only those "
+                            "that do)")
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
