@@ -10,6 +10,7 @@ milliseconds plus the work on one lower set.
 
 import contextlib
 import os
+import threading
 import time
 
 from .exceptions import ArgumentError, SearchLimitError
@@ -143,6 +144,28 @@ def available_memory():
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+# whether this thread is one of several running DP passes at once (:func:`one_thread`)
+_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def one_thread():
+    """While inside, a DP pass on the calling thread runs on it alone (:func:`pass_threads` is
+    1): the thread is one of several that run passes at once, and the other cores have work."""
+    before = getattr(_THREAD, "alone", False)
+    _THREAD.alone = True
+    try:
+        yield
+    finally:
+        _THREAD.alone = before
+
+
+def pass_threads():
+    """Threads one DP pass on the calling thread may use: 1 inside :func:`one_thread`, else 2
+    where :func:`cores` allows two (a pass splits its size classes in two halves at most)."""
+    return 1 if getattr(_THREAD, "alone", False) else min(2, cores())
 
 
 # DP passes running at once (:func:`sharing_memory`): each may plan for its share of the cap

@@ -7,6 +7,7 @@ blocks (so that a time limit can stop them) and turn the back-pointers into a
 :class:`~lowerset.strategy.CanonicalStrategy`.
 """
 
+import concurrent.futures
 import threading
 from typing import NamedTuple
 
@@ -50,6 +51,10 @@ _BOUNDS_LOCK = threading.Lock()
 _ENTRY_BYTES = 32
 # the minimal-budget DP's cut-off grows by this factor a pass (:func:`_least_peak`)
 _CUTOFF_GROWTH = 1.5
+# a DP pass runs a size class's sets in two halves at once (:func:`_drive`) where their work
+# is at least 1 / _SPLIT_SHARE of a chunk's (a chunk takes about 5 ms; handing a half to the
+# other thread and back takes tens of microseconds)
+_SPLIT_SHARE = 20
 
 
 def _check_method(method):
@@ -181,17 +186,33 @@ class _EntryCap:
             "max_lower_sets", limit="memory")
 
 
-def _drive(fam, deadline, step, what, entry_cap):
+def _drive(fam, deadline, step, what, entry_cap, halves=None):
     """Run ``step(lo, work_budget, max_entries) -> (b_next, work, status, used)`` over the
     target sets 1..s-1 in chunks of about :data:`lowerset._limits.CHUNK_SECONDS`, checking
     `deadline` between them. A step that stops for memory (``STATUS_MEMORY``, set ``b_next``
-    unfinished) is resumed at ``b_next`` once `entry_cap` has grown, or raises."""
+    unfinished) is resumed at ``b_next`` once `entry_cap` has grown, or raises.
+
+    With ``halves(lo, mid, hi, max_entries)`` (same result, or None where it cannot run), the
+    sets of one size class whose work is worth a second thread (:data:`_SPLIT_SHARE` of a
+    chunk, by the work per set of the chunk before) run as two halves at once: a set reads only
+    the fronts of smaller sets (:func:`_kernels.dp_fronts`), so neither half reads the other."""
     s = fam.sets.shape[0]
     lo = 1
     chunk = _limits.Chunker(initial=200_000)
+    ends = None if halves is None else np.searchsorted(fam.class_start, fam.class_start, "right")
+    per_set = 0
     while lo < s:
-        lo, work, status, used = step(lo, chunk.start(), entry_cap.value)
+        budget = chunk.start()
+        out = None
+        if per_set > 0:
+            hi = min(int(ends[lo]), lo + 2 * max(1, budget // per_set))
+            if hi - lo >= 2 and (hi - lo) * per_set * _SPLIT_SHARE >= budget:
+                out = halves(lo, (lo + hi) // 2, hi, entry_cap.value)
+        b, work, status, used = out or step(lo, budget, entry_cap.value)
         chunk.done(work)
+        if halves is not None and b > lo:
+            per_set = max(1, work // (b - lo))
+        lo = b
         if status != _kernels.STATUS_OK:
             entry_cap.grow(fam, used)
         if lo < s:
@@ -282,34 +303,96 @@ def _least_bound(fam, g, lam, budget):
 def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
     """One pass of :func:`_kernels.dp_fronts` over the family at eq. (2) budget `budget`
     (bytes) and overhead cap `tcap` (cost units), with the A* `bound` (a :class:`_Bound`) or
-    none: (fstart, fend, ft, fm, fpa, fpe, capped, work)."""
+    none: (fstart, fend, ft, fm, fpa, fpe, capped, work). Where the family is not a chain and
+    :func:`lowerset._limits.pass_threads` allows two, its larger size classes run in two
+    halves at once (:func:`_drive`); the fronts are those of one thread, entry for entry."""
     fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
     T = G.total_cost()
-    _limits.check_memory(3 * 8 * (T + 1), f"the DP's work arrays over T(V) = {T} cost units",
-                         "scale the costs down")
-    scratch_m = np.full(T + 1, _kernels.INF, dtype=np.int64)
-    scratch_a = np.zeros(T + 1, dtype=np.int64)
-    scratch_e = np.zeros(T + 1, dtype=np.int64)
+    what = f"the DP's work arrays over T(V) = {T} cost units"
+    _limits.check_memory(3 * 8 * (T + 1), what, "scale the costs down")
+    threads = 1 if fam.chain else _limits.pass_threads()
+    if threads > 1:
+        try:   # a second thread needs work arrays of its own
+            _limits.check_memory(2 * 3 * 8 * (T + 1), what, "")
+        except SearchLimitError:
+            threads = 1
+    scratch = _scratch(T)
     st = {"ft": ft, "fm": fm, "fpa": fpa, "fpe": fpe, "used": 1, "capped": 0, "work": 0}
     s = fam.sets.shape[0]
     lb, g, lam = (np.zeros(s, dtype=np.int64), *_NO_LINES) if bound is None else bound
 
-    def step(lo, work_budget, max_entries):
-        (st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], _, capped, b, work,
-         status) = _kernels.dp_fronts(
-            lo, s, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb, g,
+    def run(lo, hi, work_budget, max_entries, used, scratch):
+        (ft, fm, fpa, fpe, used, _, capped, b, work, status) = _kernels.dp_fronts(
+            lo, hi, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb, g,
             lam, fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits,
             fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.chain,
-            fam.bfirst, fam.bcum_t, fam.bcum_m, fstart, fend,
-            keys[0], keys[1], st["ft"], st["fm"], st["fpa"], st["fpe"], st["used"], scratch_m,
-            scratch_a, scratch_e)
+            fam.bfirst, fam.bcum_t, fam.bcum_m, fstart, fend, keys[0], keys[1],
+            st["ft"], st["fm"], st["fpa"], st["fpe"], used, *scratch)
+        return (ft, fm, fpa, fpe), used, b, work, capped, status
+
+    def step(lo, work_budget, max_entries):
+        arrays, st["used"], b, work, capped, status = run(lo, s, work_budget, max_entries,
+                                                          st["used"], scratch)
+        st["ft"], st["fm"], st["fpa"], st["fpe"] = arrays
         st["capped"] += capped
         st["work"] += work
         return b, work, status, st["used"]
 
     mode = "memory-centric" if maximize else "time-centric"
-    _drive(fam, deadline, step, f"in the {mode} DP at budget {budget}", _EntryCap(ft.shape[0]))
+    what = f"in the {mode} DP at budget {budget}"
+    if threads < 2:
+        _drive(fam, deadline, step, what, _EntryCap(ft.shape[0]))
+    else:
+        per_set = min(T, int(tcap)) + 1   # a front's entries: one per overhead at most
+        with concurrent.futures.ThreadPoolExecutor(1) as helper:
+            halves = _halves(st, fstart, fend, run, helper, (scratch, _scratch(T)), per_set)
+            _drive(fam, deadline, step, what, _EntryCap(ft.shape[0]), halves)
     return fstart, fend, st["ft"], st["fm"], st["fpa"], st["fpe"], st["capped"], st["work"]
+
+
+def _scratch(T):
+    """The work arrays of one thread's DP pass over T(V) = `T` cost units
+    (:func:`_kernels.dp_fronts`'s scratch_m, scratch_a, scratch_e)."""
+    return (np.full(T + 1, _kernels.INF, dtype=np.int64), np.zeros(T + 1, dtype=np.int64),
+            np.zeros(T + 1, dtype=np.int64))
+
+
+def _halves(st, fstart, fend, run, helper, scratches, per_set):
+    """:func:`_drive`'s ``halves`` for :func:`_run_front_dp`: the sets ``lo..mid`` run on the
+    calling thread and ``mid..hi`` on `helper` at once, each with its own of the two
+    `scratches`. The second half writes its entries after room for the first's (`per_set`
+    entries a set at most), and they move down behind the first's when both end, so the entry
+    arrays are those of one pass in order. None where that room would pass `max_entries`."""
+
+    def halves(lo, mid, hi, max_entries):
+        used = st["used"]
+        base = used + (mid - lo) * per_set
+        end = base + (hi - mid) * per_set
+        if end > max_entries:
+            return None
+        if end > st["ft"].shape[0]:   # room for both, so that neither kernel reallocates
+            new = min(max(2 * st["ft"].shape[0], end), max_entries)
+            for k in ("ft", "fm", "fpa", "fpe"):
+                st[k] = _kernels._grow(st[k], new)
+        second = helper.submit(run, mid, hi, _kernels.INF, max_entries, base, scratches[1])
+        try:
+            first, used, _, work, capped, _ = run(lo, mid, _kernels.INF, max_entries, used,
+                                                  scratches[0])
+        finally:
+            other, end2, _, work2, capped2, _ = second.result()
+        if first[0] is not st["ft"] or other[0] is not st["ft"]:  # pragma: no cover
+            raise LowersetError("internal error: a DP front outgrew the room made for it")
+        st["capped"] += capped + capped2
+        st["work"] += work + work2
+        n = end2 - base
+        for k in ("ft", "fm", "fpa", "fpe"):
+            st[k][used:used + n] = st[k][base:end2]
+        fstart[mid:hi] -= base - used
+        fend[mid:hi] -= base - used
+        st["used"] = used + n
+        return hi, work + work2, _kernels.STATUS_OK, st["used"]
+
+    return halves
 
 
 def _min_budget_search(G, fam, upper, deadline):
@@ -724,7 +807,7 @@ def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
 
 @requires_graph
 def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-               time_limit=None, overhead_bound=None, overhead_floor=0):
+               time_limit=None, overhead_bound=None, overhead_floor=0, start_at_bound=False):
     """Every strategy on the time-centric DP's final front at eq. (2) budget `budget`.
 
     The DP of :func:`solve` (``mode="time"``) ends with the states of V not dominated in
@@ -737,7 +820,12 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     Parameters, errors and references as :func:`solve`; `budget` is required.
     `overhead_floor` (cost units) is an overhead no strategy within `budget` goes below (the
     optimum at a larger budget): the deepening starts at twice it, which saves its first
-    passes; the front then reaches up to that cap.
+    passes; the front then reaches up to that cap. With `start_at_bound`, one pass capped at
+    `overhead_bound` (where it is close to the optimum: the optimum at a slightly smaller
+    budget) replaces the deepening's passes, and its front is cut at the cap where the
+    deepening stops: the same strategies (the states of overhead up to a cap, and their
+    back-pointers, do not depend on how far above it a pass is capped; see
+    :func:`_kernels.dp_fronts`).
 
     Returns
     -------
@@ -750,10 +838,31 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     deadline = _limits.Deadline(check_time_limit(time_limit))
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
+    T = G.total_cost()
+    cap_max = T if overhead_bound is None else min(T, max(0, int(overhead_bound)))
+    first = min(cap_max, max(_FIRST_TCAP, 2 * int(overhead_floor)))
+    jump = start_at_bound and overhead_bound is not None
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, method, budget, False, deadline,
-                                              overhead_bound, start=2 * int(overhead_floor),
+                                              overhead_bound, start=cap_max if jump else first,
                                               whole_front=True)
     last = fam.sets.shape[0] - 1
+    stop = fend[last]
+    if jump:   # the front of the deepening's last pass
+        cut = _deepening_cap(first, cap_max, T, int(ft[fstart[last]]))
+        stop = fstart[last] + int(np.searchsorted(ft[fstart[last]:stop], cut, "right"))
     return [_strategy(G, fam, fpa, fpe, e, ft[e], method=method, mode="time", budget=budget,
                       planner_seconds=deadline.elapsed())
-            for e in range(fstart[last], fend[last])]
+            for e in range(fstart[last], stop)]
+
+
+def _deepening_cap(first, cap_max, T, optimum):
+    """The cap of the pass where :func:`_final_front`'s deepening over the whole front stops
+    (cost units): its caps from `first` grow 4x up to `cap_max`, then to `T` (a cap below the
+    A* bound of ∅ is skipped, but that bound is at most the `optimum`), and the first at or
+    above the `optimum` reaches V."""
+    cap = first
+    while cap < optimum:
+        if cap >= cap_max:
+            cap_max = T
+        cap = _deeper(cap, 0, cap_max)
+    return cap

@@ -239,9 +239,13 @@ def _run_chains(G, chains, max_lower_sets, deadline):
     if workers <= 1:
         work()
         return out
+
+    def worker():
+        with _limits.one_thread():   # the other workers fill the other cores
+            work()
     with _limits.sharing_memory(workers), \
             concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(work) for _ in range(workers)]
+        futures = [pool.submit(worker) for _ in range(workers)]
         try:
             concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
         finally:
@@ -692,16 +696,20 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
         # above (the approximate plan at b is one of them), those at budgets >= b from below
         done = {k[2]: v[0].overhead for k, v in cache.items()
                 if k[:2] == ("front", family) and k[3] == max_lower_sets}
-        bound = min([o for c, o in done.items() if c <= b], default=None)
+        below = min([o for c, o in done.items() if c <= b], default=None)
         floor = max([o for c, o in done.items() if c >= b], default=0)
+        bound = below
         try:
             approx = _paper(G, "approx", "time", b, max_lower_sets, deadline).overhead
             bound = approx if bound is None else min(bound, approx)
         except InfeasibleBudgetError:
             pass   # b is below the pruned family's minimal budget
+        # an optimum of this family at a smaller budget lies close above the one here: one
+        # pass capped at it costs less than the deepening's passes below it
         cache[key] = dp.time_front(G, b, family, max_lower_sets=max_lower_sets,
                                    time_limit=deadline.left(), overhead_bound=bound,
-                                   overhead_floor=floor)
+                                   overhead_floor=floor,
+                                   start_at_bound=below is not None and below == bound)
     return cache[key]
 
 

@@ -281,15 +281,7 @@ def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(a_star, g, 
     for s in front:
         check_strategy(g, s, B, "time", "exact")
     got = [(s.overhead, _cached_bytes(g, s.lower_sets)) for s in front]
-    least = {}
-    for t, peak, seq in seqs:
-        if peak <= B:
-            least[t] = min(least.get(t, peak + 10**9), _cached_bytes(g, seq))
-    expected, best = [], None
-    for t in sorted(least):
-        if best is None or least[t] < best:
-            best = least[t]
-            expected.append((t, best))
+    expected = _brute_front(g, B, seqs)
     optimum = brute_time_centric(g, B, sequences=seqs)
     # the iterative deepening's caps are 4, 16, 64, ...: the front ends at the first >= optimum
     cap = ls.dp._FIRST_TCAP
@@ -297,6 +289,48 @@ def test_time_front_is_the_pareto_front_of_overhead_and_cached_bytes(a_star, g, 
         cap *= 4
     assert got == [p for p in expected if p[0] <= cap]
     assert got[0][0] == optimum == ls.dp.solve(g, B).overhead
+
+
+def _brute_front(g, B, seqs):
+    """The (overhead, M(U)) of the sequences within eq. (2) budget `B` not dominated in both,
+    by exhaustive search: one per overhead, the cached bytes decreasing."""
+    least = {}
+    for t, peak, seq in seqs:
+        if peak <= B:
+            least[t] = min(least.get(t, peak + 10**9), _cached_bytes(g, seq))
+    front, best = [], None
+    for t in sorted(least):
+        if best is None or least[t] < best:
+            best = least[t]
+            front.append((t, best))
+    return front
+
+
+@settings(max_examples=examples(1.5), deadline=None)
+@given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
+def test_time_front_started_at_its_bound_is_the_deepenings_front(g, data):
+    """dp.time_front with ``start_at_bound`` (one pass capped at ``overhead_bound``, any
+    overhead a sequence within B has, at or above the optimum) lists the front of the
+    deepening's last pass: the exhaustive search's front up to the first cap from
+    max(4, 2 x floor), 4x a pass and at most the bound, that reaches the optimum."""
+    seqs = all_sequences(g)
+    B = data.draw(st.sampled_from(budgets_to_try(seqs)), label="budget")
+    optimum = brute_time_centric(g, B, sequences=seqs)
+    if optimum is None:
+        return
+    bound = data.draw(st.sampled_from(sorted({t for t, peak, _ in seqs
+                                              if peak <= B and t >= optimum})), label="bound")
+    floor = data.draw(st.integers(0, optimum), label="floor")
+    kw = {"overhead_bound": bound, "overhead_floor": floor}
+    front = ls.dp.time_front(g.with_facts(g.facts), B, start_at_bound=True, **kw)
+    got = [(s.overhead, _cached_bytes(g, s.lower_sets)) for s in front]
+    cap = min(bound, max(4, 2 * floor))
+    while cap < optimum:
+        cap = min(bound, 4 * cap)
+    assert got == [p for p in _brute_front(g, B, seqs) if p[0] <= cap]
+    deepened = ls.dp.time_front(g.with_facts(g.facts), B, **kw)
+    assert [(s.overhead, s.lower_sets) for s in front] == \
+        [(s.overhead, s.lower_sets) for s in deepened]
 
 
 @settings(max_examples=examples(1))
@@ -877,6 +911,55 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
                             overhead_guess=guess)
         assert (s.overhead, s.lower_sets) == (plain.overhead, plain.lower_sets), \
             (guess, bound, ratio)
+
+
+class _OneSetChunks(ls._limits.Chunker):
+    """A :class:`lowerset._limits.Chunker` whose calls do one unit of work: each kernel call of a
+    DP pass ends after one set, so that every size class of two or more sets is split."""
+
+    def __init__(self, initial, **kw):
+        super().__init__(1, minimum=1)
+
+    def done(self, work):
+        pass
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(wide_dags(min_nodes=6, max_nodes=14, max_cost=40, max_memory=50, max_lower_sets=3000),
+       st.booleans(), st.data())
+def test_a_pass_split_in_halves_gives_the_fronts_of_one_thread(g, maximize, data):
+    """A DP pass whose size classes run in two halves at once (``dp._halves``, forced on every
+    class of two or more sets) fills the fronts, keys and back-pointers of the same pass on one
+    thread, entry for entry, at any budget and overhead cap: a half that wrote to the other's
+    entries, or entries moved to the wrong place, would break them."""
+    fam = ls.dp._get_family(g, "exact", 10_000, ls._limits.NO_DEADLINE)
+    lo = ls.min_budget(g, "exact")
+    budget = data.draw(st.integers(lo, 2 * g.total_memory() + 1), label="budget")
+    T = g.total_cost()
+    tcap = T if maximize else data.draw(st.integers(0, T), label="tcap")
+    calls = []
+    with unittest.mock.patch.object(ls._limits, "Chunker", _OneSetChunks):
+        with ls._limits.one_thread():
+            one = ls.dp._run_front_dp(g, fam, budget, maximize, ls._limits.NO_DEADLINE, tcap)
+        halves = ls.dp._halves
+
+        def counted(*args):
+            inner = halves(*args)
+            return lambda *a: calls.append(a) or inner(*a)
+
+        with unittest.mock.patch.object(ls.dp, "_halves", counted), \
+                unittest.mock.patch.object(ls._limits, "pass_threads", lambda: 2):
+            two = ls.dp._run_front_dp(g, fam, budget, maximize, ls._limits.NO_DEADLINE, tcap)
+    # set 1 runs alone (no work per set is known yet); then two sets at a time, where a class
+    # [c, e) has them
+    ends = np.searchsorted(fam.class_start, fam.class_start, "right")
+    splits = any(e - max(c, 2) >= 2 for c, e in zip(fam.class_start, ends))
+    note(f"{len(calls)} splits")
+    assert bool(calls) == (not fam.chain and splits)
+    used = int(one[1].max())
+    assert all(np.array_equal(a, b) for a, b in zip(one[:2], two[:2]))
+    assert all(np.array_equal(a[:used], b[:used]) for a, b in zip(one[2:6], two[2:6]))
+    assert one[6:] == two[6:]
 
 
 def test_next_cap_after_a_failed_pass():
