@@ -243,6 +243,7 @@ def _run_chains(G, chains, max_lower_sets, deadline):
     def worker():
         with _limits.one_thread():   # the other workers fill the other cores
             work()
+
     with _limits.sharing_memory(workers), \
             concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(worker) for _ in range(workers)]
