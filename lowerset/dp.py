@@ -193,8 +193,9 @@ def _drive(fam, deadline, step, what, entry_cap, halves=None):
     unfinished) is resumed at ``b_next`` once `entry_cap` has grown, or raises.
 
     With ``halves(lo, mid, hi, max_entries)`` (same result, or None where it cannot run), the
-    sets of one size class whose work is worth a second thread (:data:`_SPLIT_SHARE` of a
-    chunk, by the work per set of the chunk before) run as two halves at once: a set reads only
+    sets of one size class whose work is worth a second thread (at least 1 /
+    :data:`_SPLIT_SHARE` of a chunk's, by the work per set of the chunk before) run as two
+    halves at once: a set reads only
     the fronts of smaller sets (:func:`_kernels.dp_fronts`), so neither half reads the other."""
     s = fam.sets.shape[0]
     lo = 1
@@ -308,12 +309,12 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
     halves at once (:func:`_drive`); the fronts are those of one thread, entry for entry."""
     fstart, fend, keys, ft, fm, fpa, fpe = _new_fronts(fam)
     T = G.total_cost()
-    what = f"the DP's work arrays over T(V) = {T} cost units"
-    _limits.check_memory(3 * 8 * (T + 1), what, "scale the costs down")
+    arrays = f"the DP's work arrays over T(V) = {T} cost units"
+    _limits.check_memory(3 * 8 * (T + 1), arrays, "scale the costs down")
     threads = 1 if fam.chain else _limits.pass_threads()
     if threads > 1:
         try:   # a second thread needs work arrays of its own
-            _limits.check_memory(2 * 3 * 8 * (T + 1), what, "")
+            _limits.check_memory(2 * 3 * 8 * (T + 1), arrays, "")
         except SearchLimitError:
             threads = 1
     scratch = _scratch(T)
@@ -671,12 +672,12 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     # and so the work, shrink to the cap. Memory-centric fronts are narrow: no cap.
     # An overhead some strategy is known to reach ends the deepening there (time-centric), or
     # drops the states that cannot reach it (memory-centric).
-    cap_max, bound = T, None
-    if overhead_bound is not None and maximize:
+    cap_max, bound, tcap = T, None, T
+    if maximize and overhead_bound is not None:
         bound = _floor(fam, T, overhead_bound)
-    elif overhead_bound is not None:
-        cap_max = min(T, max(0, int(overhead_bound)))
-    tcap = guess = T if maximize else min(cap_max, max(_FIRST_TCAP, int(start or 0)))
+    elif not maximize:
+        cap_max, tcap = _deepening_start(T, overhead_bound, start)
+    guess = tcap
     pays, prices, cache = ("remaining bound pays", method), ("prices pay", method), _cache(G)
     scan = int(fam.class_start.sum())
     ratio_key, base, failed = None, 0, -1
@@ -715,6 +716,14 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     if ratio_key is not None and base > 0:
         cache[ratio_key] = int(ft[fstart[last]:fend[last]].min()) / base
     return fstart, fend, ft, fpa, fpe
+
+
+def _deepening_start(T, overhead_bound, start):
+    """(largest cap, first cap) of the time-centric deepening (cost units): the largest is
+    `overhead_bound` (an overhead some strategy reaches) or T(V) = `T`, the first `start` or
+    :data:`_FIRST_TCAP`, at most the largest."""
+    cap_max = T if overhead_bound is None else min(T, max(0, int(overhead_bound)))
+    return cap_max, min(cap_max, max(_FIRST_TCAP, int(start or 0)))
 
 
 def _floor(fam, T, overhead):
@@ -839,8 +848,7 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     _check_feasible(G, budget, method, max_lower_sets, deadline)
     fam = _get_family(G, method, max_lower_sets, deadline)
     T = G.total_cost()
-    cap_max = T if overhead_bound is None else min(T, max(0, int(overhead_bound)))
-    first = min(cap_max, max(_FIRST_TCAP, 2 * int(overhead_floor)))
+    cap_max, first = _deepening_start(T, overhead_bound, 2 * int(overhead_floor))
     jump = start_at_bound and overhead_bound is not None
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, method, budget, False, deadline,
                                               overhead_bound, start=cap_max if jump else first,
