@@ -424,7 +424,7 @@ def predict(graph, memory_limit, planner="lowerset", method="auto"):
         :func:`lowerset.solve` at `memory_limit`; a callable ``planner(graph, memory_limit)``
         returns a :class:`lowerset.CanonicalStrategy` or raises
         :class:`lowerset.InfeasibleBudgetError`.
-    method : {"auto", "exact", "approx"}
+    method : {"auto", "exact", "ordered", "approx"}
         For "lowerset" (:func:`lowerset.solve`).
 
     Returns
@@ -620,7 +620,7 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
         returns ``(fits, measured whole-step bytes or None, error message or None)``.
     planner : None, "chen", "lowerset" or callable
         As :func:`predict`.
-    method : {"auto", "exact", "approx"}
+    method : {"auto", "exact", "ordered", "approx"}
         For "lowerset".
     front : FrontEnd, optional
         The front end's graphs and errors.

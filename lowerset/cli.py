@@ -74,9 +74,11 @@ def build_parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def common(q, model=True):
-        q.add_argument("--method", choices=("auto", "exact", "approx"), default="auto",
-                       help="all lower sets (exact), the pruned family (approx), or exact where "
-                            "the graph has at most 50,000 lower sets, else approx (auto, "
+        q.add_argument("--method", choices=("auto", "exact", "ordered", "approx"),
+                       default="auto",
+                       help="all lower sets (exact), the pruned family with the prefixes of two "
+                            "topological orders (ordered), the pruned family (approx), or exact "
+                            "where the graph has at most 50,000 lower sets, else ordered (auto, "
                             "default)")
         if model:
             q.add_argument("--model", choices=("executor", "paper"), default="executor",

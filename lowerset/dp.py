@@ -22,9 +22,9 @@ from .strategy import CanonicalStrategy
 __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
 
 MODES = ("time", "memory")
-METHODS = ("exact", "approx")
+METHODS = ("exact", "approx", "ordered")
 #: The method that picks "exact" where the graph's lower sets number at most
-#: ``max_lower_sets``, else "approx" (:func:`resolve_method`).
+#: ``max_lower_sets``, else "ordered" (:func:`resolve_method`).
 AUTO = "auto"
 
 # first overhead cap of the time-centric iterative deepening, in cost units
@@ -64,14 +64,15 @@ def _check_method(method):
 @requires_graph
 def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
     """Return `method`, with "auto" replaced by "exact" where `G` has at most `max_lower_sets`
-    lower sets (Sec. 4.2), else by "approx" (the pruned family, Sec. 4.3).
+    lower sets (Sec. 4.2), else by "ordered" (the pruned family of Sec. 4.3 with the prefixes
+    of two topological orders, :func:`lowerset.ordered_lower_sets`).
 
     The lower sets are counted without being stored, and the count stops at `max_lower_sets`.
 
     Parameters
     ----------
     G : Graph
-    method : {"auto", "exact", "approx"}
+    method : {"auto", "exact", "approx", "ordered"}
     max_lower_sets : int
         >= 1.
     time_limit : float, optional
@@ -79,7 +80,8 @@ def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=
 
     Returns
     -------
-    {"exact", "approx"}
+    {"exact", "approx", "ordered"}
+        `method` itself unless it is "auto".
 
     Raises
     ------
@@ -113,7 +115,7 @@ def _resolve(G, method, max_lower_sets, deadline):
     except SearchLimitError as e:
         if e.limit != "max_lower_sets":
             raise
-        return "approx"
+        return "ordered"
     return "exact"
 
 
@@ -495,9 +497,10 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     Parameters
     ----------
     G : Graph
-    method : {"exact", "approx", "auto"}
-        Search all lower sets (Sec. 4.2) or the pruned family (Sec. 4.3); "auto": "exact" where
-        the lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
+    method : {"exact", "approx", "ordered", "auto"}
+        Search all lower sets (Sec. 4.2), the pruned family (Sec. 4.3) or the ordered family
+        (:func:`lowerset.ordered_lower_sets`); "auto": "exact" where
+        the lower sets number at most `max_lower_sets`, else "ordered" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored.
@@ -565,10 +568,12 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         "time" (time-centric): the least overhead (eq. 1) with peak <= B. "memory"
         (memory-centric, Sec. 4.4): the largest overhead with peak <= B, which yields coarse
         segments where liveness analysis frees most.
-    method : {"exact", "approx", "auto"}
+    method : {"exact", "approx", "ordered", "auto"}
         "exact": DP over all lower sets, optimal for the paper's model (Sec. 4.2). "approx": DP
-        over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2). "auto": "exact" where the
-        lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
+        over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2). "ordered": DP over the
+        pruned family and the prefixes of two topological orders
+        (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "auto": "exact" where the
+        lower sets number at most `max_lower_sets`, else "ordered" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored; the default keeps one exact DP pass to seconds.

@@ -1,8 +1,9 @@
-"""Lower sets, boundaries, and the two families the DPs search (paper, Sec. 2, 4.2 and 4.3).
+"""Lower sets, boundaries, and the families the DPs search (paper, Sec. 2, 4.2 and 4.3).
 
 A set L ⊆ V is a lower set when no edge enters it from V∖L; L_G is the family of all lower sets.
 The boundary of L is ∂(L) = δ−(V∖L) ∩ L: the members of L with a successor outside L. The pruned
-family of Sec. 4.3 is {L_v : v ∈ V} with L_v = {w : v is reachable from w}.
+family of Sec. 4.3 is {L_v : v ∈ V} with L_v = {w : v is reachable from w}. The ordered family
+adds the prefixes of two topological orders (:func:`ordered_lower_sets`).
 """
 
 from collections import namedtuple
@@ -19,6 +20,7 @@ __all__ = [
     "boundary",
     "lower_sets",
     "pruned_lower_sets",
+    "ordered_lower_sets",
     "count_lower_sets",
     "DEFAULT_MAX_LOWER_SETS",
 ]
@@ -352,15 +354,84 @@ def pruned_lower_sets(G):
     return {G.labels[v]: G.nodes_of(mask_of_bits(anc[v], G.n)) for v in range(G.n)}
 
 
+def _generations(G):
+    """Each node's generation: 0 for a source, else one more than its predecessors' largest
+    (the length of the longest path that ends at it)."""
+    gen = np.zeros(G.n, dtype=np.int64)
+    ptr, idx = G.pred_ptr, G.pred_idx
+    for v in range(G.n):   # ids are a topological order
+        if ptr[v + 1] > ptr[v]:
+            gen[v] = gen[idx[ptr[v]:ptr[v + 1]]].max() + 1
+    return gen
+
+
+def _orders(G):
+    """The two topological orders whose prefixes the ordered family adds: the graph's own (a
+    traced graph's is its execution order, branch after branch) and by generations (the
+    branches side by side), ties in the graph's order."""
+    return np.arange(G.n), np.argsort(_generations(G), kind="stable")
+
+
+def _prefix_bits(G, order):
+    """(n + 1, n_words) uint64: row i holds the first i nodes of `order`."""
+    onehot = np.zeros((G.n + 1, G.n_words), dtype=np.uint64)
+    order = np.asarray(order, dtype=np.int64)
+    onehot[np.arange(1, G.n + 1), order // 64] = np.left_shift(np.uint64(1),
+                                                              (order % 64).astype(np.uint64))
+    return np.bitwise_or.accumulate(onehot, axis=0)
+
+
+def _ordered_bits(G):
+    """The ordered family's sets, each once, in no particular order (see
+    :func:`ordered_lower_sets`)."""
+    return np.unique(np.concatenate([_pruned_bits(G)] + [_prefix_bits(G, o) for o in _orders(G)]),
+                     axis=0)
+
+
+@requires_graph
+def ordered_lower_sets(G):
+    """Return the ordered family: the pruned sets L_v (Sec. 4.3), and every prefix of two
+    topological orders, the graph's own and by generations (longest path from a source).
+
+    Both orders' prefixes are lower sets. In a block of parallel branches the pruned family
+    holds no set with two branches begun, so a sequence of its sets takes the whole block as
+    one segment; the prefixes of the graph's order finish the branches one after another, and
+    those of the generations order advance them side by side. On graphs with wide blocks
+    (Inception-like stacks, GoogLeNet, PSPNet) the time-centric DP over this family comes
+    within a few percent of the exact DP's optimum (eq. 1) with #V to 3 #V + 2 sets instead of
+    tens of thousands; on a chain it is the pruned family.
+
+    Returns
+    -------
+    list of frozenset
+        Each set once, by increasing size; ∅ and V included.
+
+    Examples
+    --------
+    >>> g = ls.Graph(["a", "b", "c", "d"], [("a", "c"), ("b", "d")],
+    ...              cost=dict.fromkeys("abcd", 1), memory=dict.fromkeys("abcd", 1))
+    >>> [sorted(L) for L in ls.ordered_lower_sets(g)]
+    [[], ['a'], ['b'], ['a', 'b'], ['a', 'c'], ['b', 'd'], ['a', 'b', 'c'], ['a', 'b', 'c', 'd']]
+    """
+    return _to_frozensets(G, _by_size(_ordered_bits(G)))
+
+
+def _by_size(sets):
+    """`sets` (rows of bits) sorted by the number of members, stably."""
+    size = np.unpackbits(sets.view(np.uint8), axis=1).sum(axis=1)
+    return np.ascontiguousarray(sets[np.argsort(size, kind="stable")])
+
+
 def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE):
     """Build the sorted family of lower sets a DP searches, with its per-set statistics.
 
     Parameters
     ----------
     G : Graph
-    method : {"exact", "approx"}
+    method : {"exact", "approx", "ordered"}
         "exact": all of L_G (Sec. 4.2); "approx": ∅, the pruned sets L_v and V (Sec. 4.3). V is
-        added because with several sinks no L_v equals V.
+        added because with several sinks no L_v equals V. "ordered": the pruned sets and the
+        prefixes of two topological orders (:func:`ordered_lower_sets`).
     max_lower_sets : int
     deadline : lowerset._limits.Deadline
         Checked between the chunks of every phase.
@@ -380,15 +451,17 @@ def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO
         _limits.check_memory(_family_bytes(count, G), f"the exact DP over {count} lower sets",
                              "use method='approx', or a smaller max_lower_sets")
         sets = _enumerate_bits(G, max_lower_sets, deadline)
+    elif method == "ordered":
+        _limits.check_memory(_family_bytes(3 * G.n + 2, G), f"the ordered DP over {G.n} nodes",
+                             "plan a smaller graph")
+        sets = _by_size(_ordered_bits(G))   # both orders' prefixes hold ∅ and V
     else:
         _limits.check_memory(_family_bytes(G.n + 2, G), f"the approximate DP over {G.n} nodes",
                              "plan a smaller graph")
         anc = _pruned_bits(G)
         full = bits_of_mask(np.ones(G.n, dtype=bool))[None, :]
         empty = np.zeros((1, G.n_words), dtype=np.uint64)
-        sets = np.unique(np.concatenate([empty, anc, full]), axis=0)
-        size = np.unpackbits(sets.view(np.uint8), axis=1).sum(axis=1)
-        sets = np.ascontiguousarray(sets[np.argsort(size, kind="stable")])
+        sets = _by_size(np.unique(np.concatenate([empty, anc, full]), axis=0))
     stats = _set_stats(G, sets, deadline)
     size = stats[0]
     # first index of each size class (sizes are sorted)

@@ -16,13 +16,16 @@ partitions that liveness analysis favours (the "trial and error" of Sec. 4.4, do
 schedule), and selective checkpointing's strategies
 (:func:`lowerset.baselines.selective_family`: segments ending at the expensive nodes, whose
 outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
-The pruned family (Sec. 4.3) always joins the pool; all lower sets (Sec. 4.2) join it only
-when there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes
-about a second. The pool's DP passes run on a thread per core (:func:`_run_chains`).
+The pruned family (Sec. 4.3) always joins the pool. With ``method="ordered"`` the ordered
+family (:func:`lowerset.ordered_lower_sets`: the pruned sets and the prefixes of two
+topological orders) joins it too; with ``method="exact"``, all lower sets (Sec. 4.2) where
+there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes about a
+second. The pool's DP passes run on a thread per core (:func:`_run_chains`).
 :func:`solve` takes the least overhead on that front within the budget, then searches the
 time-centric DP's eq. (2) budget for the largest one whose plan still fits the device budget
 (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection above its
-largest fitting budget over the pruned family, then (exact) a descent from that answer
+largest fitting budget over the pruned family, the same over the ordered family ("ordered"),
+or (exact) a descent from the pruned family's answer
 over all lower sets, where every plan on the DP's final front (:func:`lowerset.dp.time_front`)
 is a candidate. With ``method="exact"``, :func:`pareto` then improves its least-peak plan and
 :func:`solve` its answer by local search over lower-set sequences judged by the schedule
@@ -71,6 +74,10 @@ DESCENT = 0.85
 #: The search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one cost
 #: unit or this fraction above the least overhead its further probes could reach.
 STOP_GAP = 0.02
+
+# each DP family's subfamilies, itself included: their optima bound its own (see _paper)
+_SUBFAMILIES = {"approx": ("approx",), "ordered": ("approx", "ordered"),
+                "exact": ("approx", "exact")}
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, only solve's search runs it
@@ -143,6 +150,8 @@ def _pool(G, method, max_lower_sets, deadline):
         add(s)
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     families = ["approx"]
+    if method == "ordered" and _ordered_differs(G, max_lower_sets, deadline):
+        families.append("ordered")
     if (method == "exact" and not _large(G, max_lower_sets)
             and not dp.same_families(G, max_lower_sets, _limits.Deadline(deadline.left()))):
         families.append("exact")   # where the families are the same, so are its plans
@@ -161,6 +170,13 @@ def _pool(G, method, max_lower_sets, deadline):
                 [s for s in ladder if s.mode == "time"]:
             add(s)
     return out
+
+
+def _ordered_differs(G, max_lower_sets, deadline):
+    """Whether the ordered family has sets the pruned one lacks (it holds the pruned one)."""
+    left = _limits.Deadline(deadline.left())
+    return (dp._get_family(G, "ordered", max_lower_sets, left).sets.shape[0]
+            > dp._get_family(G, "approx", max_lower_sets, left).sets.shape[0])
 
 
 class _Passes:
@@ -271,13 +287,13 @@ def _time_ladder(budgets):
 def _paper(G, method, mode, budget, max_lower_sets, deadline):
     """The paper's DP at one eq. (2) budget, cached per graph.
 
-    The time-centric optimum does not increase with the budget, and the exact family's is at
-    most the pruned family's at the same budget, so the least optimum cached at a budget at
-    most this one (of the family, or of the pruned family for the exact one) bounds the DP's
+    The time-centric optimum does not increase with the budget, and a family's is at most its
+    subfamilies' (:data:`_SUBFAMILIES`) at the same budget, so the least optimum cached at a
+    budget at most this one (of the family or a subfamily) bounds the DP's
     iterative deepening (``overhead_bound`` of :func:`dp.solve`); the family's last two optima
     below this budget extrapolate where the deepening starts (``overhead_guess``). Likewise
-    the memory-centric optimum does not decrease with the budget and the exact family's is at
-    least the pruned family's: the largest one cached at a budget at most this one is reached
+    the memory-centric optimum does not decrease with the budget and a family's is at least
+    its subfamilies': the largest one cached at a budget at most this one is reached
     here, and the DP drops the states that cannot reach it. The same plan, found faster."""
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = (method, mode, budget, max_lower_sets)
@@ -286,7 +302,7 @@ def _paper(G, method, mode, budget, max_lower_sets, deadline):
             return cache[key]
         below = sorted((b, m, s.overhead) for (m, md, b, n), s in cache.items()
                        if md == mode and n == max_lower_sets and b <= budget
-                       and m in (method, "approx"))
+                       and m in _SUBFAMILIES[method])
         guess = None
         if mode == "time":
             bound = min((o for _, _, o in below), default=None)
@@ -316,11 +332,12 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     ----------
     G : Graph
         With execution facts (from ``chainer_ext.trace``) or the defaults.
-    method : {"auto", "exact", "approx"}
-        "approx": the paper's DP over the pruned family (Sec. 4.3); "exact": also over all lower
+    method : {"auto", "exact", "ordered", "approx"}
+        "approx": the paper's DP over the pruned family (Sec. 4.3); "ordered": also over the
+        ordered family (:func:`lowerset.ordered_lower_sets`); "exact": also over all lower
         sets (Sec. 4.2), and the least-peak plan improved by local search
         (:func:`lowerset.refine.refine`); "auto" (default): "exact" where the graph has at most
-        `max_lower_sets` lower sets, else "approx" (:func:`lowerset.dp.resolve_method` says
+        `max_lower_sets` lower sets, else "ordered" (:func:`lowerset.dp.resolve_method` says
         which).
     max_lower_sets : int
         For "exact": raise instead of enumerating more lower sets than this.
@@ -508,11 +525,12 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         For ``model="paper"``: time-centric (least eq. (1) overhead) or memory-centric (largest,
         Sec. 4.4). The executor model is time-centric: least overhead within the budget;
         :func:`min_peak` is its memory-centric end.
-    method : {"auto", "exact", "approx"}
+    method : {"auto", "exact", "ordered", "approx"}
         Search all lower sets (Sec. 4.2; under the executor model the answer is then improved
-        by local search, :func:`lowerset.refine.refine`) or the pruned family (Sec. 4.3);
-        "auto" (default): "exact" where the graph has at most `max_lower_sets` lower sets, else
-        "approx" (:func:`lowerset.dp.resolve_method` says which).
+        by local search, :func:`lowerset.refine.refine`), the ordered family
+        (:func:`lowerset.ordered_lower_sets`) or the pruned family (Sec. 4.3); "auto"
+        (default): "exact" where the graph has at most `max_lower_sets` lower sets, else
+        "ordered" (:func:`lowerset.dp.resolve_method` says which).
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int
@@ -634,9 +652,10 @@ def _front_and_search(G, budget, method, max_lower_sets, deadline):
 def _bisect(G, budget, method, max_lower_sets, deadline):
     """Time-centric DP plans near the largest eq. (2) budget whose schedule fits `budget`.
 
-    First the pruned family's plans at the pool's ladder (:func:`_scan_ladder`), then a
-    geometric bisection between the largest ladder budget whose plan fits and the next one.
-    Then, with ``method="exact"``, a search over all lower sets that starts
+    First the pruned family's plans at the pool's ladder, then a geometric bisection between
+    the largest ladder budget whose plan fits and the next one (:func:`_ladder_and_bisection`);
+    with ``method="ordered"``, the same over the ordered family. With ``method="exact"``, then
+    a search over all lower sets that starts
     at the largest eq. (2) budget whose approximate plan fit (the exact plan there recomputes
     no more and usually peaks close to it): up from there when the exact plan fits, else down
     (by at least :data:`DESCENT` per step, below each failing plan's own eq. (2) peak) until one
@@ -646,13 +665,13 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     (:func:`_paper_time`)."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
     lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
-    _progress.phase("ladder")
-    found, ok, bad = _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline)
-    if ok is not None:
-        _progress.phase("bisection")
-        more, ok, bad = _bisect_family(G, budget, "approx", ok, bad, BISECTION_STEPS,
-                                       max_lower_sets, deadline)
-        found += more
+    found, ok, bad = _ladder_and_bisection(G, budget, "approx", lo, hi, max_lower_sets,
+                                           deadline)
+    if method == "ordered" and _ordered_differs(G, max_lower_sets, deadline):
+        lo_o = dp.min_budget(G, "ordered", max_lower_sets=max_lower_sets,
+                             time_limit=deadline.left())
+        found += _ladder_and_bisection(G, budget, "ordered", lo_o, hi, max_lower_sets,
+                                       deadline)[0]
     if method == "exact":
         _progress.phase("exact DP")
         lo_e = lo if (_large(G, max_lower_sets) or dp.same_families(
@@ -665,8 +684,24 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     return found
 
 
-def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
-    """The pruned family's time-centric plans at the pool's ladder of eq. (2) budgets (cached:
+def _ladder_and_bisection(G, budget, family, lo, hi, max_lower_sets, deadline):
+    """`family`'s time-centric plans at the pool's ladder of eq. (2) budgets from `lo` to `hi`
+    (:func:`_scan_ladder`), then at a bisection between the largest ladder budget whose plan
+    fits `budget` and the next one. Returns (plans that fit, the last eq. (2) budget that fit
+    or None, the first that did not)."""
+    name = "" if family == "approx" else f"{family} "
+    _progress.phase(f"{name}ladder")
+    found, ok, bad = _scan_ladder(G, budget, family, lo, hi, max_lower_sets, deadline)
+    if ok is not None:
+        _progress.phase(f"{name}bisection")
+        more, ok, bad = _bisect_family(G, budget, family, ok, bad, BISECTION_STEPS,
+                                       max_lower_sets, deadline)
+        found += more
+    return found, ok, bad
+
+
+def _scan_ladder(G, budget, family, lo, hi, max_lower_sets, deadline):
+    """`family`'s time-centric plans at the pool's ladder of eq. (2) budgets (cached:
     :func:`pareto` made them). Whether a plan fits `budget` is not monotone in its eq. (2)
     budget (the plan at the minimal one often peaks above plans at larger ones), so the whole
     ladder is tried. Returns (plans that fit, the largest ladder budget that fit or None, the
@@ -674,7 +709,7 @@ def _scan_ladder(G, budget, lo, hi, max_lower_sets, deadline):
     budgets = _time_ladder(_ladder(lo, max(lo, hi), LADDER_SIZE))
     found, ok, bad = [], None, hi
     for b in budgets:
-        s = _paper_time(G, "approx", b, max_lower_sets, deadline)[0]
+        s = _paper_time(G, family, b, max_lower_sets, deadline)[0]
         if _point(s)[1] <= budget:
             found.append(s)
             ok, bad = b, hi
@@ -688,8 +723,8 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
     whose first plan is the DP's optimum. For the exact family it is the DP's whole final
     front (:func:`dp.time_front`): plans that recompute more and cache less, found by the
     same pass."""
-    if family == "approx":
-        return [_paper(G, "approx", "time", b, max_lower_sets, deadline)]
+    if family != "exact":
+        return [_paper(G, family, "time", b, max_lower_sets, deadline)]
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = ("front", family, b, max_lower_sets)
     if key not in cache:

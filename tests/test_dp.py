@@ -2,7 +2,9 @@
 
 The oracle is the exhaustive search of lowerset.bruteforce (Sec. 4.1) over every lower-set
 sequence of small random DAGs: over all of L_G for method="exact", and over the family the
-approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method="approx".
+approximate DP searches (∅, the pruned sets L_v of Sec. 4.3, and V) for method="approx", and
+over the ordered family (those and the prefixes of two topological orders, built here from
+networkx's generations) for method="ordered".
 """
 
 import itertools
@@ -10,6 +12,7 @@ import os
 import pathlib
 import unittest.mock
 
+import networkx as nx
 import numba
 import numpy as np
 import pytest
@@ -97,6 +100,16 @@ def approx_family(g):
     return [frozenset(), frozenset(g.labels), *ls.pruned_lower_sets(g).values()]
 
 
+def ordered_family(g):
+    """The ordered family by its definition: ∅, V, the pruned sets and the prefixes of the
+    graph's order and of networkx's topological generations (each in the graph's order)."""
+    G = g.to_networkx()
+    gens = [v for gen in nx.topological_generations(G) for v in sorted(gen, key=g.index.get)]
+    prefixes = {frozenset(order[:i]) for order in (list(g.labels), gens)
+                for i in range(g.n + 1)}
+    return list(prefixes | set(approx_family(g)))
+
+
 def _note(msg):
     try:
         note(msg)
@@ -132,8 +145,8 @@ def check_strategy(g, s, budget, mode, method):
     assert (s.overhead, s.peak_memory) == (overhead, peak)
     assert s.memory_profile == profile_by_definition(g, seq)
     assert peak <= budget
-    if method == "approx":
-        fam = set(approx_family(g))
+    if method in ("approx", "ordered"):
+        fam = set(approx_family(g) if method == "approx" else ordered_family(g))
         assert all(L in fam for L in s.lower_sets)
 
 
@@ -144,7 +157,7 @@ def budgets_to_try(seqs):
 
 
 def check_against_bruteforce(g, method):
-    family = approx_family(g) if method == "approx" else None
+    family = {"approx": approx_family, "ordered": ordered_family}.get(method, lambda g: None)(g)
     seqs = all_sequences(g, family=family)
     _note(f"{len(seqs)} sequences")
     best = brute_min_budget(g, sequences=seqs)
@@ -251,6 +264,25 @@ def test_exact_equals_bruteforce_wide_ranges(g):
 @given(dags(max_nodes=7))
 def test_approx_equals_bruteforce_on_its_family(g):
     check_against_bruteforce(g, "approx")
+
+
+@settings(max_examples=examples(2))
+@given(dags(max_nodes=7))
+def test_ordered_equals_bruteforce_on_its_family(g):
+    check_against_bruteforce(g, "ordered")
+
+
+@settings(max_examples=examples(1))
+@given(dags(max_nodes=8), st.data())
+def test_ordered_lies_between_approx_and_exact(g, data):
+    """pruned ⊆ ordered ⊆ L_G: the ordered DP's optimum is at most the approximate one's and
+    at least the exact one's, at every budget the approximate DP meets."""
+    mb = [ls.min_budget(g, m) for m in ("exact", "ordered", "approx")]
+    assert mb == sorted(mb)
+    B = data.draw(st.integers(mb[2], 2 * g.total_memory() + 1), label="budget")
+    for mode, sign in (("time", 1), ("memory", -1)):
+        got = [sign * ls.dp.solve(g, B, mode, m).overhead for m in ("exact", "ordered", "approx")]
+        assert got == sorted(got), mode
 
 
 def _cached_bytes(g, seq):

@@ -1,8 +1,10 @@
-"""Tests of lowerset.lowersets: is_lower_set, boundary, L_G, the pruned family (Sec. 2, 4.3).
+"""Tests of lowerset.lowersets: is_lower_set, boundary, L_G, the pruned family (Sec. 2, 4.3),
+the ordered family.
 
 Oracles: all 2^#V subsets filtered by the definition (lowerset.bruteforce.subset_lower_sets),
 ``#L_G == len(list(nx.antichains(G)))`` (a lower set is determined by its antichain of maximal
-elements), and ``L_v == nx.ancestors(G, v) | {v}``.
+elements), ``L_v == nx.ancestors(G, v) | {v}``, and the prefixes of the graph's order and of
+``nx.topological_generations``.
 """
 
 import networkx as nx
@@ -199,6 +201,37 @@ def test_pruned_family(g):
         assert Lv == frozenset(nx.ancestors(G, v) | {v})
     assert len(set(pruned.values())) == g.n  # distinct: v is the only maximal element of L_v
     assert set(pruned.values()) <= set(ls.lower_sets(g))
+
+
+def ordered_family_by_definition(g):
+    """∅, V, every L_v, and the prefixes of two orders: the graph's (its labels) and
+    networkx's topological generations, each generation in the graph's order."""
+    G = g.to_networkx()
+    pruned = {frozenset(nx.ancestors(G, v) | {v}) for v in g.labels}
+    generations = [v for gen in nx.topological_generations(G)
+                   for v in sorted(gen, key=g.index.__getitem__)]
+    prefixes = {frozenset(order[:i]) for order in (list(g.labels), generations)
+                for i in range(g.n + 1)}
+    return pruned | prefixes
+
+
+@given(dags(max_nodes=14))
+def test_ordered_family(g):
+    family = ls.ordered_lower_sets(g)
+    assert set(family) == ordered_family_by_definition(g)
+    assert len(family) == len(set(family)) <= 3 * g.n + 2
+    assert [len(L) for L in family] == sorted(len(L) for L in family)
+    assert set(family) <= set(ls.lower_sets(g))
+
+
+def test_ordered_family_of_parallel_branches():
+    """Two branches a->b and c->d listed branch after branch: the graph's order finishes a's
+    branch first ({a, b}, {a, b, c}); the generations order starts both ({a, c}, {a, b, c})."""
+    g = ls.Graph(["a", "b", "c", "d"], [("a", "b"), ("c", "d")], dict.fromkeys("abcd", 1),
+                 dict.fromkeys("abcd", 1))
+    assert {frozenset(L) for L in ls.ordered_lower_sets(g)} - set(
+        ls.pruned_lower_sets(g).values()) == {frozenset(), frozenset("ac"), frozenset("abc"),
+                                              frozenset("abcd")}
 
 
 @given(dags(max_nodes=14), st.data())

@@ -266,7 +266,7 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         (:func:`lowerset.baselines.chen_sqrtn`); "lowerset": :func:`lowerset.solve` at
         `memory_limit`; a callable ``planner(graph, memory_limit)`` returns a
         :class:`lowerset.CanonicalStrategy` or raises :class:`lowerset.InfeasibleBudgetError`.
-    method : {"auto", "exact", "approx"}
+    method : {"auto", "exact", "ordered", "approx"}
         For "lowerset" (:func:`lowerset.solve`).
     params : torch.nn.Module or iterable of tensors, optional
         Whose gradients are set to None before each real step; default `model`'s parameters,
