@@ -78,7 +78,7 @@ def build_parser():
                        default="auto",
                        help="all lower sets (exact), the pruned family with the prefixes of two "
                             "topological orders (ordered), the pruned family (approx), or exact "
-                            "where the graph has at most 50,000 lower sets, else ordered (auto, "
+                            "where the graph has at most 50,000 lower sets, else approx (auto, "
                             "default)")
         if model:
             q.add_argument("--model", choices=("executor", "paper"), default="executor",

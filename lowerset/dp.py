@@ -24,7 +24,7 @@ __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
 MODES = ("time", "memory")
 METHODS = ("exact", "approx", "ordered")
 #: The method that picks "exact" where the graph's lower sets number at most
-#: ``max_lower_sets``, else "ordered" (:func:`resolve_method`).
+#: ``max_lower_sets``, else "approx" (:func:`resolve_method`).
 AUTO = "auto"
 
 # first overhead cap of the time-centric iterative deepening, in cost units
@@ -64,8 +64,7 @@ def _check_method(method):
 @requires_graph
 def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
     """Return `method`, with "auto" replaced by "exact" where `G` has at most `max_lower_sets`
-    lower sets (Sec. 4.2), else by "ordered" (the pruned family of Sec. 4.3 with the prefixes
-    of two topological orders, :func:`lowerset.ordered_lower_sets`).
+    lower sets (Sec. 4.2), else by "approx" (the pruned family, Sec. 4.3).
 
     The lower sets are counted without being stored, and the count stops at `max_lower_sets`.
 
@@ -115,7 +114,7 @@ def _resolve(G, method, max_lower_sets, deadline):
     except SearchLimitError as e:
         if e.limit != "max_lower_sets":
             raise
-        return "ordered"
+        return "approx"
     return "exact"
 
 
@@ -500,7 +499,7 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     method : {"exact", "approx", "ordered", "auto"}
         Search all lower sets (Sec. 4.2), the pruned family (Sec. 4.3) or the ordered family
         (:func:`lowerset.ordered_lower_sets`); "auto": "exact" where
-        the lower sets number at most `max_lower_sets`, else "ordered" (:func:`resolve_method`).
+        the lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored.
@@ -573,7 +572,7 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2). "ordered": DP over the
         pruned family and the prefixes of two topological orders
         (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "auto": "exact" where the
-        lower sets number at most `max_lower_sets`, else "ordered" (:func:`resolve_method`).
+        lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
     max_lower_sets : int
         For "exact": raise instead of searching more lower sets than this (>= 1). They are
         counted before any is stored; the default keeps one exact DP pass to seconds.

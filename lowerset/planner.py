@@ -18,7 +18,7 @@ schedule), and selective checkpointing's strategies
 outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
 The pruned family (Sec. 4.3) always joins the pool. With ``method="ordered"`` the ordered
 family (:func:`lowerset.ordered_lower_sets`: the pruned sets and the prefixes of two
-topological orders) joins it too; with ``method="exact"``, all lower sets (Sec. 4.2) where
+topological orders) joins it too (its passes cost more: "auto" does not pick it); with ``method="exact"``, all lower sets (Sec. 4.2) where
 there are at most 5,000 of them, because one exact DP pass over 10^4 lower sets takes about a
 second. The pool's DP passes run on a thread per core (:func:`_run_chains`).
 :func:`solve` takes the least overhead on that front within the budget, then searches the
@@ -337,7 +337,7 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
         ordered family (:func:`lowerset.ordered_lower_sets`); "exact": also over all lower
         sets (Sec. 4.2), and the least-peak plan improved by local search
         (:func:`lowerset.refine.refine`); "auto" (default): "exact" where the graph has at most
-        `max_lower_sets` lower sets, else "ordered" (:func:`lowerset.dp.resolve_method` says
+        `max_lower_sets` lower sets, else "approx" (:func:`lowerset.dp.resolve_method` says
         which).
     max_lower_sets : int
         For "exact": raise instead of enumerating more lower sets than this.
@@ -530,7 +530,7 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         by local search, :func:`lowerset.refine.refine`), the ordered family
         (:func:`lowerset.ordered_lower_sets`) or the pruned family (Sec. 4.3); "auto"
         (default): "exact" where the graph has at most `max_lower_sets` lower sets, else
-        "ordered" (:func:`lowerset.dp.resolve_method` says which).
+        "approx" (:func:`lowerset.dp.resolve_method` says which).
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int

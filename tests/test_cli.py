@@ -56,9 +56,9 @@ class TestPlan:
         status, _, err = run("plan", path, "-b", ls.schedule(g).peak, "--method", "exact")
         assert status == 1 and "max_lower_sets" in err
         status, stdout, _ = run("plan", path, "-b", ls.schedule(g).peak, "-o", tmp_path / "p.json")
-        assert status == 0 and "plan (executor model, ordered)" in stdout
+        assert status == 0 and "plan (executor model, approx)" in stdout
         status, _, err = run("min-budget", path)
-        assert status == 0 and "least whole-step peak (ordered)" in err
+        assert status == 0 and "least whole-step peak (approx)" in err
 
     def test_writes_a_plan_within_the_budget(self, vgg, tmp_path):
         out = tmp_path / "plan.json"

@@ -177,27 +177,27 @@ class TestErrors:
             ls.pareto(ls.Graph.chain(30), "exact", time_limit=1e-9)
 
 
-def test_auto_method_is_exact_up_to_max_lower_sets_then_ordered():
+def test_auto_method_is_exact_up_to_max_lower_sets_then_approx():
     small, wide = fan(5), fan(17)      # 34 and 131,074 lower sets
     assert ls.resolve_method(small, "auto") == "exact"
     assert ls.resolve_method(small, "auto", max_lower_sets=34) == "exact"
-    assert ls.resolve_method(small, "auto", max_lower_sets=33) == "ordered"
-    assert ls.resolve_method(wide, "auto") == "ordered"
+    assert ls.resolve_method(small, "auto", max_lower_sets=33) == "approx"
+    assert ls.resolve_method(wide, "auto") == "approx"
     assert ls.resolve_method(wide, "exact") == ls.resolve_method(small, "exact") == "exact"
     # the default searches as "exact" does where it can (the same cached front) ...
     assert all(a is b for a, b in zip(ls.pareto(small), ls.pareto(small, "exact")))
     assert all(a is b for a, b in zip(ls.pareto(small, max_lower_sets=33),
-                                      ls.pareto(small, "ordered", max_lower_sets=33)))
-    # ... and as "ordered" does where "exact" refuses the graph
+                                      ls.pareto(small, "approx", max_lower_sets=33)))
+    # ... and as "approx" does where "exact" refuses the graph
     with pytest.raises(ls.SearchLimitError, match="max_lower_sets=50000"):
         ls.min_peak(wide, "exact")
     least = ls.min_peak(wide)
-    assert least.schedule.peak == ls.min_peak(wide, "ordered").schedule.peak
+    assert least.schedule.peak == ls.min_peak(wide, "approx").schedule.peak
     budget = (least.schedule.peak + ls.schedule(wide).peak) // 2
     s = ls.solve(wide, budget)
     assert s.schedule.peak <= budget
-    assert s.lower_sets == ls.solve(wide, budget, method="ordered").lower_sets
-    assert ls.solve(wide, model="paper").peak_memory == ls.min_budget(wide, "ordered")
+    assert s.lower_sets == ls.solve(wide, budget, method="approx").lower_sets
+    assert ls.solve(wide, model="paper").peak_memory == ls.min_budget(wide, "approx")
     with pytest.raises(ls.ArgumentError, match="unknown method 'greedy'.*'auto'"):
         ls.resolve_method(small, "greedy")
 
