@@ -34,3 +34,18 @@ def fan(width):
     n = width + 2
     edges = [(0, v) for v in range(1, n - 1)] + [(v, n - 1) for v in range(1, n - 1)]
     return ls.Graph(list(range(n)), edges, dict.fromkeys(range(n), 1), dict.fromkeys(range(n), 10))
+
+
+def ordered_family_by_definition(g):
+    """The ordered family from its definition, with networkx: ∅, V, every L_v (the node and
+    its ancestors), and the prefixes of two orders, the graph's (its labels) and networkx's
+    topological generations, each generation in the graph's order."""
+    import networkx as nx
+
+    G = g.to_networkx()
+    pruned = {frozenset(nx.ancestors(G, v) | {v}) for v in g.labels}
+    generations = [v for gen in nx.topological_generations(G)
+                   for v in sorted(gen, key=g.index.__getitem__)]
+    prefixes = {frozenset(order[:i]) for order in (list(g.labels), generations)
+                for i in range(g.n + 1)}
+    return pruned | prefixes

@@ -12,7 +12,6 @@ import os
 import pathlib
 import unittest.mock
 
-import networkx as nx
 import numba
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ import lowerset as ls
 from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
                                  brute_time_centric, sequence_cost, subset_lower_sets)
 
+from conftest import ordered_family_by_definition
 from strategies import dags, examples, wide_dags
 
 
@@ -100,16 +100,6 @@ def approx_family(g):
     return [frozenset(), frozenset(g.labels), *ls.pruned_lower_sets(g).values()]
 
 
-def ordered_family(g):
-    """The ordered family by its definition: ∅, V, the pruned sets and the prefixes of the
-    graph's order and of networkx's topological generations (each in the graph's order)."""
-    G = g.to_networkx()
-    gens = [v for gen in nx.topological_generations(G) for v in sorted(gen, key=g.index.get)]
-    prefixes = {frozenset(order[:i]) for order in (list(g.labels), gens)
-                for i in range(g.n + 1)}
-    return list(prefixes | set(approx_family(g)))
-
-
 def _note(msg):
     try:
         note(msg)
@@ -146,7 +136,7 @@ def check_strategy(g, s, budget, mode, method):
     assert s.memory_profile == profile_by_definition(g, seq)
     assert peak <= budget
     if method in ("approx", "ordered"):
-        fam = set(approx_family(g) if method == "approx" else ordered_family(g))
+        fam = set(approx_family(g) if method == "approx" else ordered_family_by_definition(g))
         assert all(L in fam for L in s.lower_sets)
 
 
@@ -157,7 +147,9 @@ def budgets_to_try(seqs):
 
 
 def check_against_bruteforce(g, method):
-    family = {"approx": approx_family, "ordered": ordered_family}.get(method, lambda g: None)(g)
+    family = {"approx": approx_family,
+              "ordered": lambda g: list(ordered_family_by_definition(g))}.get(
+        method, lambda g: None)(g)
     seqs = all_sequences(g, family=family)
     _note(f"{len(seqs)} sequences")
     best = brute_min_budget(g, sequences=seqs)

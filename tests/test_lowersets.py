@@ -15,6 +15,7 @@ from hypothesis import given, note, settings, strategies as st
 import lowerset as ls
 from lowerset.bruteforce import subset_lower_sets
 
+from conftest import ordered_family_by_definition
 from strategies import dags, examples, wide_dags
 
 
@@ -201,18 +202,6 @@ def test_pruned_family(g):
         assert Lv == frozenset(nx.ancestors(G, v) | {v})
     assert len(set(pruned.values())) == g.n  # distinct: v is the only maximal element of L_v
     assert set(pruned.values()) <= set(ls.lower_sets(g))
-
-
-def ordered_family_by_definition(g):
-    """∅, V, every L_v, and the prefixes of two orders: the graph's (its labels) and
-    networkx's topological generations, each generation in the graph's order."""
-    G = g.to_networkx()
-    pruned = {frozenset(nx.ancestors(G, v) | {v}) for v in g.labels}
-    generations = [v for gen in nx.topological_generations(G)
-                   for v in sorted(gen, key=g.index.__getitem__)]
-    prefixes = {frozenset(order[:i]) for order in (list(g.labels), generations)
-                for i in range(g.n + 1)}
-    return pruned | prefixes
 
 
 @given(dags(max_nodes=14))
