@@ -20,7 +20,8 @@ The pruned family (Sec. 4.3) always joins the pool. With ``method="ordered"`` th
 family (:func:`lowerset.ordered_lower_sets`: the pruned sets and the prefixes of two
 topological orders) joins it too (its passes cost more: "auto" does not pick it); with
 ``method="exact"``, all lower sets (Sec. 4.2) where there are at most 5,000 of them, because
-one exact DP pass over 10^4 lower sets takes about a second. The pool's DP passes run on a thread per core (:func:`_run_chains`).
+one exact DP pass over 10^4 lower sets takes about a second. The pool's DP passes run on a
+thread per core (:func:`_run_chains`).
 :func:`solve` takes the least overhead on that front within the budget, then searches the
 time-centric DP's eq. (2) budget for the largest one whose plan still fits the device budget
 (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection above its

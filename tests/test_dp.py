@@ -147,9 +147,11 @@ def budgets_to_try(seqs):
 
 
 def check_against_bruteforce(g, method):
-    family = {"approx": approx_family,
-              "ordered": lambda g: list(ordered_family_by_definition(g))}.get(
-        method, lambda g: None)(g)
+    family = None   # all lower sets
+    if method == "approx":
+        family = approx_family(g)
+    elif method == "ordered":
+        family = list(ordered_family_by_definition(g))
     seqs = all_sequences(g, family=family)
     _note(f"{len(seqs)} sequences")
     best = brute_min_budget(g, sequences=seqs)
