@@ -127,7 +127,10 @@ def compute_events(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rar
                     ns += 1
         for i in range(nt):
             keys[i] = fpos[todo[i]]
-        _sort_by_key(keys, order, nt)
+        if nt > 1:   # (most backward calls recompute nothing or one node)
+            _sort_by_key(keys, order, nt)
+        elif nt == 1:
+            order[0] = 0
         for i in order[:nt]:
             v = todo[i]
             kind[c] = RECOMPUTE
@@ -325,7 +328,10 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
                 u = out_node[x]
                 is_drop = dropped[u] and ckind[r_start[order[i]]] == FORWARD
                 keys[i - lo] = n + (fpos[u] * 2 + (0 if is_drop else 1)) * stride + x
-        _sort_by_key(keys, srt, hi - lo)
+        if hi - lo > 1:   # (most events close one materialization)
+            _sort_by_key(keys, srt, hi - lo)
+        else:
+            srt[0] = 0
         i = 0
         while i < hi - lo:
             x = r_slot[order[lo + srt[i]]]
@@ -358,7 +364,9 @@ def emit_events(ckind, cnode, r_slot, r_start, r_last, dropped, n_out, fpos, out
 @njit(cache=True, inline="always")
 def _sort_by_key(keys, srt, m):
     """Write into ``srt[:m]`` the positions of ``keys[:m]`` (distinct) in increasing key order:
-    an insertion sort where an event closes one to a few materializations, else argsort."""
+    an insertion sort where an event closes one to a few materializations, else argsort.
+    Callers skip it for one key: Numba counts references to the two arrays at each call in
+    their loops, which cost as much as the rest of those passes."""
     if m > 32:
         srt[:m] = np.argsort(keys[:m])
         return
