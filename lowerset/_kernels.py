@@ -199,6 +199,44 @@ def segments_of_path(sets, path, n):
 
 
 @njit(cache=True)
+def closure(ptr, idx, seeds, inside):
+    """The nodes reachable from `seeds` along the CSR adjacency (`ptr`, `idx`: the successors
+    or the predecessors of each node) through nodes where `inside` is true, the seeds where it
+    is true among them (the local search's moves, :mod:`lowerset.refine`).
+
+    Parameters
+    ----------
+    ptr : ndarray of int64, shape (n + 1,)
+    idx : ndarray of int64, shape (#E,)
+    seeds : ndarray of int64, shape (k,)
+    inside : ndarray of bool, shape (n,)
+
+    Returns
+    -------
+    ndarray of bool, shape (n,)
+    """
+    n = inside.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)   # each node is pushed once at most
+    top = 0
+    for u in seeds:
+        if inside[u] and not seen[u]:
+            seen[u] = True
+            stack[top] = u
+            top += 1
+    while top > 0:
+        top -= 1
+        u = stack[top]
+        for k in range(ptr[u], ptr[u + 1]):
+            w = idx[k]
+            if inside[w] and not seen[w]:
+                seen[w] = True
+                stack[top] = w
+                top += 1
+    return seen
+
+
+@njit(cache=True)
 def is_lower_set_bits(bits, n, pred_ptr, pred_idx):
     """Return -1 if `bits` is a lower set, else the id of a member with a predecessor outside."""
     for v in range(n):

@@ -49,6 +49,7 @@ import contextlib
 import numpy as np
 
 from . import _limits
+from ._kernels import closure
 from ._validate import check_budget, check_count
 from .scheduling import (_drop_rule, _peak_and_cost, dropped_key, dropped_of_labels,
                          known_schedules, remember_schedule, segment_labels)
@@ -228,27 +229,12 @@ def _node_moves(graph, seg, sizes, v):
             yield _relabel(seg2)
 
 
-def _closure(ptr, idx, seeds, inside):
-    """Node ids reachable from `seeds` along the CSR adjacency (ptr, idx) through nodes where
-    `inside` is true (the seeds included), as a bool mask."""
-    seen = np.zeros(inside.shape[0], dtype=bool)
-    stack = [int(u) for u in seeds if inside[u]]
-    seen[stack] = True
-    while stack:
-        u = stack.pop()
-        for w in idx[ptr[u]:ptr[u + 1]]:
-            if inside[w] and not seen[w]:
-                seen[w] = True
-                stack.append(int(w))
-    return seen
-
-
 def _drop_move(graph, seg, v):
     """Node `v` with its successors in a new segment just before `v`'s own, with everything
     of that segment or later they descend from: `v` can then be dropped."""
     s = int(seg[v])
     succs = graph.succ_idx[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]
-    pulled = _closure(graph.pred_ptr, graph.pred_idx, [v, *succs], seg >= s)
+    pulled = closure(graph.pred_ptr, graph.pred_idx, np.append(succs, v), seg >= s)
     seg2 = 2 * seg
     seg2[pulled] = 2 * s - 1
     return _relabel(seg2)
@@ -259,7 +245,7 @@ def _keep_moves(graph, seg, v):
     segment, in a new segment just after it: `v` is then a boundary node, kept."""
     s = int(seg[v])
     for w in graph.succ_idx[graph.succ_ptr[v]:graph.succ_ptr[v + 1]]:
-        pushed = _closure(graph.succ_ptr, graph.succ_idx, [w], seg == s)
+        pushed = closure(graph.succ_ptr, graph.succ_idx, np.array([w]), seg == s)
         seg2 = 2 * seg
         seg2[pushed] = 2 * s + 1
         yield _relabel(seg2)

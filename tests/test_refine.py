@@ -255,6 +255,35 @@ def test_pairs_of_moves_reach_the_least_peak_single_moves_miss():
     assert (s.schedule.peak, s.schedule.recompute_cost) == (3159944, 56)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_closure_is_reachability_inside_the_mask(data):
+    """The moves' closure kernel against networkx: the seeds inside the mask and their
+    descendants in the subgraph the mask induces, along successors and along predecessors."""
+    import networkx as nx
+    import numpy as np
+
+    from lowerset._kernels import closure
+
+    g = data.draw(dags(max_nodes=12))
+    inside = np.array(data.draw(st.lists(st.booleans(), min_size=g.n, max_size=g.n)),
+                      dtype=bool)
+    seeds = data.draw(st.lists(st.integers(0, g.n - 1), max_size=4))
+    forward = nx.DiGraph()
+    forward.add_nodes_from(range(g.n))
+    forward.add_edges_from((u, int(w)) for u in range(g.n)
+                           for w in g.succ_idx[g.succ_ptr[u]:g.succ_ptr[u + 1]])
+    for ptr, idx, graph in ((g.succ_ptr, g.succ_idx, forward),
+                            (g.pred_ptr, g.pred_idx, forward.reverse())):
+        sub = graph.subgraph([v for v in range(g.n) if inside[v]])
+        want = set()
+        for u in seeds:
+            if inside[u]:
+                want |= {u} | nx.descendants(sub, u)
+        got = closure(ptr, idx, np.array(seeds, dtype=np.int64), inside)
+        assert set(np.flatnonzero(got).tolist()) == want
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_peak_and_cost_in_one_kernel_are_the_naive_schedules(data):
