@@ -268,7 +268,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         Graphs already traced for this `loss_fn` (``BatchSizeResult.traced``); the batch sizes
         of `trace_batches` missing from it are traced.
     device : {"cpu", "gpu"}, optional
-        Default: where the traced loss lives.
+        Default: where the loss lives, as the traced calls return it (where `traced` holds
+        every batch: one forward pass at its smallest batch).
     max_steps : int
         Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
         batches, then a bisection; see :func:`lowerset.batching.search`).
@@ -327,11 +328,12 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
 
     traced = batching.traced_graphs(lambda b: trace(traced_call(b), **trace_kwargs), batches,
                                     traced, _FRONT)
+    if device is None and not seen_device or params is None and not found:
+        # every graph came from `traced`: one forward pass finds the device and the parameters
+        traced_call(min(traced))()
     if device is None:
-        device = seen_device[0] if seen_device else "cpu"
+        device = seen_device[0]
     if params is None:
-        if not found:  # every graph came from `traced`: run one forward pass to find them
-            found.extend(_parameters_of(loss_fn(min(traced))))
         params = found
     elif isinstance(params, chainer.Link):
         params = list(params.params())

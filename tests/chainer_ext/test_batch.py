@@ -222,6 +222,22 @@ def enforcing_measure(pool, resident):
 
 
 class TestGpuCapWithoutCupy:
+    def test_device_comes_from_a_forward_pass_when_every_batch_is_traced(
+            self, resnet, monkeypatch):
+        # a loss on the GPU, with no trace run by the call: the search must still get the GPU's
+        # cap (CuPy's pool limit), not the CPU's tracemalloc meter
+        _, loss_fn, traced = resnet
+        pool, seen = FakePool(), []
+        monkeypatch.setattr(batch_mod._backend, "device_of", lambda arrays: "gpu")
+        monkeypatch.setattr(batch_mod._backend, "require_cupy", lambda what: None)
+        monkeypatch.setattr(batch_mod._backend, "cupy", fake_cupy(pool), raising=False)
+        monkeypatch.setattr(batch_mod, "_search", lambda *args: seen.append(args))
+        max_batch_size(loss_fn, LIMIT, None, traced=traced)
+        (args,) = seen
+        cap, params = args[-1], args[4]
+        assert isinstance(cap, batch_mod._GpuCap) and cap.device == "gpu"
+        assert {id(p) for p in params} == {id(p) for p in resnet[0].params()}
+
     def test_sets_and_restores_the_pool_limit(self):
         pool = FakePool(used=1000)
         pool.limit = 123
