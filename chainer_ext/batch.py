@@ -37,7 +37,8 @@ What "fits" means depends on the device:
   slice a preallocated batch (``x[:b]``) to avoid it.
 
 The parameters' gradients are cleared before each real step, as ``model.cleargrads()`` does in
-a training loop, and restored afterwards.
+a training loop, and restored afterwards; on a GPU they wait on the host meanwhile, so that
+neither the limit nor the measured peak holds them.
 
 The search itself (extrapolation, prediction, confirmation) is :mod:`lowerset.batching`,
 shared with :mod:`torch_ext`; this module supplies Chainer's trace, its traced graphs'
@@ -353,10 +354,25 @@ def _search(loss_fn, limit, planner, method, params, traced, max_batch, max_step
     def run(b, strategy, graph):
         return cap.run(_make_step(loss_fn, b, strategy, params), limit, graph.facts.resident)
 
-    saved = [(p, grad_or_none(p)) for p in params]
-    try:
+    with _gradients_set_aside(params):
         return batching.search(traced, limit, run, planner, method, front=_FRONT,
                                max_batch=max_batch, max_steps=max_steps, device=cap.device)
+
+
+@contextlib.contextmanager
+def _gradients_set_aside(params):
+    """Hold the parameters' gradients on the host and clear them while the block runs, then put
+    them back on each parameter's device (the same arrays on the CPU, copies on a GPU).
+
+    A training step starts without the previous step's gradients (``cleargrads``); kept on the
+    GPU, they would sit in CuPy's pool under the real steps' limit and in the measured base."""
+    host = chainer.backend.CpuDevice()
+    saved = [(p, grad_or_none(p)) for p in params]
+    saved = [(p, None if g is None else host.send(g)) for p, g in saved]
+    for p in params:
+        p.cleargrad()
+    try:
+        yield
     finally:
         for p, g in saved:
-            p.grad = g
+            p.grad = None if g is None else p.device.send(g)

@@ -24,9 +24,10 @@ What "fits" means depends on the device:
   the step are then counted twice; slice a preallocated batch (``x[:b]``) to avoid it.
 
 The parameters' gradients are set to None before each real step, as ``optimizer.zero_grad()``
-does, and put back afterwards, and so are the random generators' states; the real steps update
-BatchNorm's running statistics as training steps do, unless `model` is given (its buffers are
-put back).
+does, and put back afterwards (on a GPU they wait on the host meanwhile, so that neither the
+cap nor the measured peak holds them), and so are the random generators' states; the real
+steps update BatchNorm's running statistics as training steps do, unless `model` is given
+(its buffers are put back).
 """
 
 import contextlib
@@ -215,10 +216,17 @@ def _make_step(loss_fn, b, strategy, params):
 
 class _KeepState:
     """The parameters' gradients, the random generators and, with a model, its buffers: put
-    back on exit."""
+    back on exit.
+
+    The gradients wait on the host, set to None on the parameters, and go back to each
+    parameter's device on exit (the same tensors on the CPU, copies on a GPU): a training step
+    starts without them (``zero_grad``), and kept on the GPU they would sit under the real
+    steps' cap and in the measured base."""
 
     def __init__(self, params, model):
-        self.grads = [(p, p.grad) for p in params]
+        self.grads = [(p, None if p.grad is None else p.grad.cpu()) for p in params]
+        for p in params:
+            p.grad = None
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.buffers = [] if model is None else [(b, b.detach().clone())
@@ -229,7 +237,7 @@ class _KeepState:
 
     def __exit__(self, *exc):
         for p, g in self.grads:
-            p.grad = g
+            p.grad = None if g is None else g.to(p.device)
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)

@@ -221,6 +221,35 @@ def enforcing_measure(pool, resident):
     return measure
 
 
+class RecordingCap:
+    """A cap that records, at each real run, whether every parameter's gradient is None, then
+    runs the step on the CPU's rule."""
+
+    device = "cpu"
+
+    def __init__(self, params):
+        self.params, self.grads_cleared = params, []
+
+    def run(self, step, limit, resident):
+        self.grads_cleared.append(all(p.grad is None for p in self.params))
+        return batch_mod._CpuCap().run(step, limit, resident)
+
+
+def test_gradients_are_set_aside_during_the_search_and_put_back(resnet):
+    # the user's gradients must not sit on the device under the real steps' limit, and must
+    # come back unchanged
+    model, loss_fn, traced = resnet
+    params = list(model.params())
+    model.cleargrads()
+    loss_fn(3).backward()
+    before = {id(p): p.grad for p in params}
+    cap = RecordingCap(params)
+    batch_mod._search(loss_fn, LIMIT, None, "approx", params, dict(traced), MAX, 8, cap)
+    assert cap.grads_cleared and all(cap.grads_cleared)
+    assert all(p.grad is before[id(p)] for p in params)
+    model.cleargrads()
+
+
 class TestGpuCapWithoutCupy:
     def test_device_comes_from_a_forward_pass_when_every_batch_is_traced(
             self, resnet, monkeypatch):

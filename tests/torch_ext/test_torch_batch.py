@@ -255,6 +255,25 @@ def test_cuda_cap_other_errors_propagate():
     assert cuda.fraction == 1.0
 
 
+def test_gradients_are_none_in_every_real_step_and_come_back(cnn):
+    # the user's gradients must not sit on the device under the real steps' cap
+    model, loss_fn, traced = cnn
+    params = list(model.parameters())
+    loss_fn(2).backward()
+    grads = {id(p): p.grad for p in params}
+    seen = []
+
+    class Recording(batch_mod._CpuCap):
+        def run(self, step, limit, resident):
+            seen.append(all(p.grad is None for p in params))
+            return super().run(step, limit, resident)
+
+    batch_mod._search(loss_fn, LIMIT, None, "approx", params, dict(traced), MAX, 8, Recording())
+    assert seen and all(seen)
+    assert all(p.grad is grads[id(p)] for p in params)
+    model.zero_grad(set_to_none=True)
+
+
 def test_search_under_an_enforcing_cap(cnn, searches):
     """The search with the CUDA cap: a stand-in allocator that raises out of memory when a
     step measured on the CPU passes the fraction; the plain step at our batch runs out of
