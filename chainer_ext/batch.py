@@ -231,7 +231,7 @@ def _make_step(loss_fn, b, strategy, params):
 
 def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", params=None,
                    trace_batches=(2, 4), max_batch=1 << 16, traced=None, device=None,
-                   max_steps=8, **trace_kwargs):
+                   max_steps=None, **trace_kwargs):
     """Return the largest batch whose training step fits `memory_limit` bytes.
 
     See the module docstring for the three steps (trace at small batches, predict with the
@@ -271,9 +271,10 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     device : {"cpu", "gpu"}, optional
         Default: where the loss lives, as the traced calls return it (where `traced` holds
         every batch: one forward pass at its smallest batch).
-    max_steps : int
+    max_steps : int or None
         Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
-        batches, then a bisection; see :func:`lowerset.batching.search`).
+        batches, then a bisection; see :func:`lowerset.batching.search`); None (default): no
+        bound.
     **trace_kwargs
         Passed to :func:`chainer_ext.trace` (for instance ``cost_model="profile"``).
 

@@ -124,16 +124,10 @@ PRESETS = {
                      "vgg19": (224, 2_020 * MB), "densenet161": (64, 290 * MB),
                      "googlenet": (224, 261 * MB)},
         "repeat": 3, "warmup": 0, "points": "few", "ours_method": "exact", "max_batch": 512,
-        "max_steps": 8,
     },
     "gpu": {
         "networks": {name: (net.input_size[0], 11_400 * MB) for name, net in NETWORKS.items()},
         "repeat": 4, "warmup": 1, "points": "range", "ours_method": "exact", "max_batch": 1024,
-        # CuPy's pool limit bounds the bytes the pool holds, where the prediction counts the
-        # bytes in use: on ResNet-50 at 224x224 (an H100) the real largest batches lie 4-22%
-        # below the predictions, and ours more than 33% below, further than 8 steps (255
-        # batches) reach. 16 steps reach batch 1 from any prediction below 65,536.
-        "max_steps": 16,
     },
 }
 
@@ -252,8 +246,7 @@ def run_network(name, size, cap, keys, preset, device, repeat, progress):
         t0 = time.perf_counter()
         try:
             r = max_batch_size(loss_fn, cap, planner, method=method, traced=traced,
-                               max_batch=preset["max_batch"] if device == "cpu" else 4096,
-                               max_steps=preset["max_steps"])
+                               max_batch=preset["max_batch"] if device == "cpu" else 4096)
         except lowerset.InfeasibleBudgetError as e:
             out["methods"][key] = {"error": str(e)}
             continue

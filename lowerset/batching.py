@@ -604,7 +604,7 @@ def _predicted_batch(pred, max_batch, name):
 
 
 def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
-           max_batch=1 << 16, max_steps=8, device="cpu"):
+           max_batch=1 << 16, max_steps=None, device="cpu"):
     """Return the largest batch whose training step fits `limit` bytes: predicted on the
     extrapolated graphs, confirmed with real steps (see the module docstring).
 
@@ -626,9 +626,13 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
         The front end's graphs and errors.
     max_batch : int
         The search does not look beyond this batch size.
-    max_steps : int
+    max_steps : int or None
         Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
-        batches; the bisection after them adds at most log2 of the last step).
+        batches; the bisection after them adds at most log2 of the last step). None
+        (default): no bound, so the steps reach batch 1 or `max_batch` within log2 of the
+        distance. A real step that runs out of memory ends early, and an allocator that holds
+        more than the bytes in use can put the answer far below the prediction (over a third
+        below on a GPU under CuPy's pool limit: the README's Figure 4).
     device : str
         Recorded in the result.
 
@@ -680,8 +684,8 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
 
 def _confirm_down(real, predicted, limit, name, max_steps, front):
     """From the predicted batch down, the largest batch whose real step fits: steps of 1, 2, 4,
-    ... below the prediction until one fits (at most `max_steps` of them), then a bisection
-    between it and the smallest batch that did not.
+    ... below the prediction until one fits (at most `max_steps` of them, or down to batch 1
+    where it is None), then a bisection between it and the smallest batch that did not.
 
     Returns
     -------
@@ -696,7 +700,7 @@ def _confirm_down(real, predicted, limit, name, max_steps, front):
     hi, above, b, step, moves = predicted, trial, predicted, 1, 0
     while True:
         moves += 1
-        if b == 1 or moves > max_steps:
+        if b == 1 or (max_steps is not None and moves > max_steps):
             measured = trial and trial.measured_peak
             last = ("the last batch had no plan" if trial is None else
                     f"the last run measured {measured} bytes" if measured is not None else
@@ -715,8 +719,8 @@ def _confirm_down(real, predicted, limit, name, max_steps, front):
 
 def _confirm_up(real, b, trial, strategy, above, predicted, max_batch, max_steps):
     """From a batch that fits, the largest batch whose real step fits: steps of 1, 2, 4, ...
-    above it while they fit (at most `max_steps` of them, never past `max_batch`), then a
-    bisection between the last that fits and the first that does not.
+    above it while they fit (at most `max_steps` of them where it is not None, never past
+    `max_batch`), then a bisection between the last that fits and the first that does not.
 
     Returns
     -------
@@ -730,7 +734,7 @@ def _confirm_up(real, b, trial, strategy, above, predicted, max_batch, max_steps
         return b, trial, strategy, above, True
     start, step, moves = b, 1, 0
     while b < max_batch:
-        if moves >= max_steps:
+        if max_steps is not None and moves >= max_steps:
             # stacklevel: this function, search, the front end's _search and max_batch_size
             warnings.warn(f"max_batch_size: batch {b} fits in a real run, {b - predicted} more "
                           f"than predicted ({predicted}); stopped after max_steps={max_steps} "

@@ -188,6 +188,17 @@ class TestSearch:
         assert max(fit) == want and all(t.fits == (t.batch_size <= want) for t in r.trials)
         assert len(runs) == len(set(runs)) <= 2 + 2 * max(1, abs(offset)).bit_length()
 
+    def test_by_default_the_search_goes_down_to_a_third_of_the_prediction(self):
+        # an allocator that holds more than the bytes in use (out of memory from 20,001 on):
+        # the default max_steps still reaches the answer from a prediction of 60,000
+        limit = BASE + SLOPE * 60_000
+
+        def run(b, strategy, graph):
+            fits = b <= 20_000
+            return fits, BASE + SLOPE * b if fits else None, None if fits else "out of memory"
+        r = search(self.graphs, limit, run, stand_in())
+        assert r.predicted_batch_size == 60_000 and r.batch_size == 20_000 and r.confirmed
+
     def test_max_steps_up_warns_and_leaves_it_unconfirmed(self):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")

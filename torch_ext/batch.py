@@ -252,7 +252,7 @@ class _KeepState:
 
 def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", params=None,
                    model=None, trace_batches=(2, 4), max_batch=1 << 16, traced=None,
-                   max_steps=8, **trace_kwargs):
+                   max_steps=None, **trace_kwargs):
     """Return the largest batch whose PyTorch training step fits `memory_limit` bytes.
 
     See the module docstring for what "fits" means on the CPU and on CUDA, and
@@ -294,9 +294,10 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     traced : dict of int to TracedGraph, optional
         Graphs already traced for this `loss_fn` (``BatchSizeResult.traced``); the batch sizes
         of `trace_batches` missing from it are traced.
-    max_steps : int
+    max_steps : int or None
         Real runs that step away from the prediction, in each direction (steps of 1, 2, 4, ...
-        batches, then a bisection; see :func:`lowerset.batching.search`).
+        batches, then a bisection; see :func:`lowerset.batching.search`); None (default): no
+        bound.
     **trace_kwargs
         Passed to :func:`torch_ext.trace` (``cost_model="profile"``, ``measure_memory``).
 
