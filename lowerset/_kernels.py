@@ -757,29 +757,45 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
                                           bidx, extra, cost, memory)
             cap = budget - need
             # Cached bytes decrease along a front (see the sweeps below), so the entries with
-            # m <= cap are a suffix; in time-centric fronts t increases, so t2 > cap_b ends it.
+            # m <= cap are a suffix
             e0 = _first_at_most(fm, fstart[a], fend[a], cap)
-            stop = fend[a]
-            for e in range(e0, fend[a]):
-                t2 = ft[e] + dt
-                if t2 > cap_b:
-                    capped += 1
-                    if maximize:
+            if maximize:
+                stop = e0
+                for e in range(e0, fend[a]):
+                    stop = e + 1
+                    t2 = ft[e] + dt
+                    if t2 > cap_b:
+                        capped += 1
                         continue
-                    stop = e + 1
-                    break
-                if t2 < low_b:   # memory-centric: t decreases along the front's suffix
-                    stop = e + 1
-                    break
-                m2 = fm[e] + dm
-                if m2 < scratch_m[t2]:
-                    scratch_m[t2] = m2
-                    scratch_a[t2] = a
-                    scratch_e[t2] = e
-                    if t2 < tmin:
-                        tmin = t2
-                    if t2 > tmax:
-                        tmax = t2
+                    if t2 < low_b:   # t decreases along the front's suffix
+                        break
+                    m2 = fm[e] + dm
+                    if m2 < scratch_m[t2]:
+                        scratch_m[t2] = m2
+                        scratch_a[t2] = a
+                        scratch_e[t2] = e
+                        if t2 < tmin:
+                            tmin = t2
+                        if t2 > tmax:
+                            tmax = t2
+            else:
+                # t increases along a time-centric front: the entries with t2 <= cap_b are a
+                # prefix of the suffix. The first candidate at an overhead is always written
+                # (scratch_m is INF there), so the prefix's ends are the least and most written.
+                stop = _first_above(ft, e0, fend[a], cap_b - dt)
+                if stop < fend[a]:
+                    capped += 1
+                    work += 1   # the entry that ends the prefix is read
+                if stop > e0:
+                    tmin = min(tmin, ft[e0] + dt)
+                    tmax = max(tmax, ft[stop - 1] + dt)
+                for e in range(e0, stop):
+                    t2 = ft[e] + dt
+                    m2 = fm[e] + dm
+                    if m2 < scratch_m[t2]:
+                        scratch_m[t2] = m2
+                        scratch_a[t2] = a
+                        scratch_e[t2] = e
             work += stop - e0
         fstart[b] = used
         if tmax < 0:
@@ -841,6 +857,19 @@ def _first_at_most(values, lo, hi, cap):
     while lo < hi:
         mid = (lo + hi) >> 1
         if values[mid] <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True, inline="always")
+def _first_above(values, lo, hi, cap):
+    """First index i in [lo, hi) with values[i] > cap (or hi), for values increasing on
+    [lo, hi)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] > cap:
             hi = mid
         else:
             lo = mid + 1
