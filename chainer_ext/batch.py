@@ -28,7 +28,10 @@ What "fits" means depends on the device:
   ``memory_limit`` bytes (``MemoryPool.set_limit``); it fits if it completes, and does not if
   CuPy raises ``cupy.cuda.memory.OutOfMemoryError``. The measured peak is the pool's
   ``used_bytes`` at the start plus the highest bytes of the blocks the step allocates and still
-  holds (:func:`chainer_ext.peak_memory`), everything on the pool included.
+  holds (:func:`chainer_ext.peak_memory`), everything on the pool included. Each trial also
+  records the bytes the pool holds at the step's end or at its out-of-memory error
+  (``BatchTrial.held_peak``, ``MemoryPool.total_bytes``): its cached free blocks are in them,
+  and in what the limit bounds.
 - **CPU**: nothing enforces the limit (NumPy allocates what it is asked). The step fits if its
   measured whole-step peak is at most ``memory_limit``: the highest bytes in use during the
   step above the start (tracemalloc, :func:`chainer_ext.peak_memory`) plus the resident bytes of
@@ -193,7 +196,12 @@ class _GpuCap:
         self.measure = measure or (lambda step: peak_memory(step, device="gpu").peak)
 
     def run(self, step, limit, resident):
-        """Return (fits, measured peak of the pool or None, error message)."""
+        """Return (fits, measured peak of the pool or None, error message, bytes the pool
+        holds at the step's end or at its out-of-memory error).
+
+        The held bytes (``MemoryPool.total_bytes``) include the pool's cached free blocks, which
+        it gives back to the device only where an allocation would pass the limit: what the
+        limit bounds."""
         pool = self.cupy.get_default_memory_pool()
         old = pool.get_limit()
         gc.collect()
@@ -202,14 +210,15 @@ class _GpuCap:
         pool.set_limit(size=int(limit))
         try:
             peak = self.measure(step)
+            held = pool.total_bytes()
         except self.cupy.cuda.memory.OutOfMemoryError as e:
-            return False, None, f"{type(e).__name__}: {e}"
+            return False, None, f"{type(e).__name__}: {e}", pool.total_bytes()
         finally:
             pool.set_limit(size=old)
             gc.collect()
             pool.free_all_blocks()
         measured = base + int(peak)
-        return measured <= limit, measured, None
+        return measured <= limit, measured, None, held
 
 
 def _make_step(loss_fn, b, strategy, params):

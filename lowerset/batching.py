@@ -74,6 +74,10 @@ class BatchTrial:
     fits : bool
     error : str or None
         The out-of-memory message on a device that enforces the limit.
+    held_peak : int or None
+        Bytes the device's allocator held, its cached free blocks and their rounding included:
+        what a GPU's limit bounds, where `measured_peak` counts the bytes in use (the front
+        end says when it reads it); None where not read (the CPU).
     """
 
     batch_size: int
@@ -82,6 +86,7 @@ class BatchTrial:
     measured_peak: object
     fits: bool
     error: object = None
+    held_peak: object = None
 
 
 @dataclass
@@ -617,7 +622,8 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
     run : callable
         ``run(b, strategy, graph)`` runs one real training step at batch size b, plainly
         (`strategy` None) or under `strategy` (planned on `graph`, the graph at b), and
-        returns ``(fits, measured whole-step bytes or None, error message or None)``.
+        returns ``(fits, measured whole-step bytes or None, error message or None)``, and
+        optionally, fourth, the bytes the device's allocator held (``BatchTrial.held_peak``).
     planner : None, "chen", "lowerset" or callable
         As :func:`predict`.
     method : {"auto", "exact", "ordered", "approx"}
@@ -664,8 +670,8 @@ def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
         """Run the plans of batch b until one fits; return (trial, strategy) of the last run."""
         last = None
         for plan_name, s, peak in pred.planned(b)[0]:
-            ok, measured, err = run(b, s, pred.graph(b))
-            last = BatchTrial(b, plan_name, int(peak), measured, bool(ok), err)
+            ok, measured, err, *held = run(b, s, pred.graph(b))
+            last = BatchTrial(b, plan_name, int(peak), measured, bool(ok), err, *held)
             trials.append(last)
             if ok:
                 return last, s

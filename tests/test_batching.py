@@ -199,6 +199,17 @@ class TestSearch:
         r = search(self.graphs, limit, run, stand_in())
         assert r.predicted_batch_size == 60_000 and r.batch_size == 20_000 and r.confirmed
 
+    def test_held_bytes_recorded_where_the_run_reads_them(self):
+        # a device's run reports what its allocator held (here 7 bytes per sample above the
+        # measured peak); a run without it leaves the trial's held_peak None
+        def run(b, strategy, graph):
+            measured = BASE + SLOPE * b
+            return measured <= LIMIT, measured, None, measured + 7 * b
+        r = search(self.graphs, LIMIT, run, stand_in())
+        assert [(t.batch_size, t.held_peak) for t in r.trials] == [(50, 2350), (51, 2387)]
+        r = search(self.graphs, LIMIT, real_steps(), stand_in())
+        assert all(t.held_peak is None for t in r.trials)
+
     def test_max_steps_up_warns_and_leaves_it_unconfirmed(self):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")

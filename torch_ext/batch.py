@@ -16,7 +16,8 @@ What "fits" means depends on the device:
   allocated at the start plus ``max_memory_allocated`` above them) is within the limit, and
   does not if PyTorch raises ``torch.cuda.OutOfMemoryError``. The cap applies to the memory the
   allocator reserves, rounding and fragmentation included, so a step can run out of memory
-  with fewer bytes allocated than the limit.
+  with fewer bytes allocated than the limit; each trial records the most the allocator
+  reserved during the step (``BatchTrial.held_peak``, ``max_memory_reserved``).
 - **CPU**: nothing enforces the limit. The step fits if its measured whole-step peak is at most
   ``memory_limit``: the highest bytes in use during the step above the start (the profiler's
   memory events, :func:`torch_ext.peak_memory`) plus the resident bytes of the traced graph
@@ -178,7 +179,9 @@ class _CudaCap:
         self._index = torch.device(device).index
 
     def run(self, step, limit, resident):
-        """Return (fits, measured peak or None, error message or None)."""
+        """Return (fits, measured peak or None, error message or None, the most bytes the
+        caching allocator reserved during the step: ``max_memory_reserved``, its cached free
+        blocks and segment rounding included, what the cap bounds)."""
         cuda, dev = self.cuda, self._index
         old = cuda.get_per_process_memory_fraction(dev)
         total = cuda.get_device_properties(dev).total_memory
@@ -186,16 +189,17 @@ class _CudaCap:
         cuda.empty_cache()
         base = cuda.memory_allocated(dev)
         cuda.set_per_process_memory_fraction(min(1.0, limit / total), dev)
+        cuda.reset_peak_memory_stats(dev)
         try:
             peak = self.measure(step)
         except cuda.OutOfMemoryError as e:
-            return False, None, f"{type(e).__name__}: {e}"
+            return False, None, f"{type(e).__name__}: {e}", cuda.max_memory_reserved(dev)
         finally:
             cuda.set_per_process_memory_fraction(old, dev)
             gc.collect()
             cuda.empty_cache()
         measured = base + int(peak)
-        return measured <= limit, measured, None
+        return measured <= limit, measured, None, cuda.max_memory_reserved(dev)
 
 
 def _make_step(loss_fn, b, strategy, params):

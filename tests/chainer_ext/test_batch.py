@@ -185,10 +185,15 @@ class FakeOOM(Exception):
 
 
 class FakePool:
-    """The part of cupy's MemoryPool that _GpuCap uses; records every set_limit."""
+    """The part of cupy's MemoryPool that _GpuCap uses; records every set_limit. `held` stands
+    for the bytes the pool holds, cached free blocks included, until free_all_blocks."""
 
     def __init__(self, used=0):
         self.limit, self.used, self.limits, self.freed = 0, used, [], 0
+        self.held = used
+
+    def total_bytes(self):
+        return self.held
 
     def get_limit(self):
         return self.limit
@@ -202,6 +207,7 @@ class FakePool:
 
     def free_all_blocks(self):
         self.freed += 1
+        self.held = self.used
 
 
 def fake_cupy(pool):
@@ -272,21 +278,27 @@ class TestGpuCapWithoutCupy:
         pool.limit = 123
         cap = batch_mod._GpuCap(fake_cupy(pool), measure=lambda step: step() or 500)
         ran = []
-        fits, measured, err = cap.run(lambda: ran.append(pool.limit), 2000, resident=0)
+
+        def step():
+            ran.append(pool.limit)
+            pool.held = 1900   # the pool grew and keeps its cached blocks to the step's end
+        fits, measured, err, held = cap.run(step, 2000, resident=0)
         assert ran == [2000]                 # the step ran under the limit
         assert pool.limit == 123 and pool.limits == [2000, 123]
         assert (fits, measured, err) == (True, 1500, None)
+        assert held == 1900                  # read before the blocks are given back
         assert pool.freed == 2
 
     def test_out_of_memory_is_no_fit_and_the_limit_is_restored(self):
         pool = FakePool()
 
         def oom(step):
+            pool.held = 1800
             raise FakeOOM("Out of memory allocating 4,096 bytes (limit set to 2000 bytes)")
         cap = batch_mod._GpuCap(fake_cupy(pool), measure=oom)
-        fits, measured, err = cap.run(lambda: None, 2000, resident=0)
+        fits, measured, err, held = cap.run(lambda: None, 2000, resident=0)
         assert (fits, measured) == (False, None) and "FakeOOM" in err and "4,096" in err
-        assert pool.limit == 0
+        assert held == 1800 and pool.limit == 0
 
     def test_other_errors_propagate(self):
         pool = FakePool()
@@ -314,7 +326,7 @@ class TestGpuCapWithoutCupy:
         plain_step = batch_mod._make_step(loss_fn, b, None, params)
         assert cap.run(plain_step, limit, 0)[0] is False
         hooked = batch_mod._make_step(loss_fn, b, ours.strategy, params)
-        fits, measured, err = cap.run(hooked, limit, 0)
+        fits, measured, err, _ = cap.run(hooked, limit, 0)
         assert fits and err is None and measured <= limit
         assert pool.limit == 0
         assert ours.next_trial.error is not None and "FakeOOM" in ours.next_trial.error

@@ -219,16 +219,27 @@ class FakeCuda:
     def empty_cache(self):
         self.emptied += 1
 
+    def reset_peak_memory_stats(self, device=None):
+        self.reserved_peak, self.resets = 0, getattr(self, "resets", 0) + 1
+
+    def max_memory_reserved(self, device=None):
+        return self.reserved_peak
+
 
 def test_cuda_cap_sets_and_restores_the_memory_fraction():
     cuda = FakeCuda()
     cuda.fraction = 0.9
     cap = batch_mod._CudaCap("cuda:0", cuda=cuda, measure=lambda step: step() or 500)
     ran = []
-    fits, measured, err = cap.run(lambda: ran.append(cuda.fraction), 2000, resident=0)
-    assert ran == [0.2]                       # the step ran under 2000 of 10,000 bytes
+
+    def step():
+        ran.append((cuda.fraction, cuda.resets))
+        cuda.reserved_peak = 1900   # the allocator's reserve, counted from the reset
+    fits, measured, err, held = cap.run(step, 2000, resident=0)
+    assert ran == [(0.2, 1)]                  # under 2000 of 10,000 bytes, peaks reset first
     assert cuda.fraction == 0.9 and cuda.fractions == [0.2, 0.9]
     assert (fits, measured, err) == (True, 1500, None)   # allocated at the start + the peak
+    assert held == 1900
     assert cuda.emptied == 2
     assert cap.run(lambda: None, 1400, resident=0)[:2] == (False, 1500)
 
@@ -237,10 +248,12 @@ def test_cuda_cap_out_of_memory_is_no_fit_and_the_fraction_is_restored():
     cuda = FakeCuda()
 
     def oom(step):
+        cuda.reserved_peak = 2000
         raise FakeOOM("CUDA out of memory. Tried to allocate 4.00 MiB")
     cap = batch_mod._CudaCap("cuda:0", cuda=cuda, measure=oom)
-    fits, measured, err = cap.run(lambda: None, 2000, resident=0)
+    fits, measured, err, held = cap.run(lambda: None, 2000, resident=0)
     assert (fits, measured) == (False, None) and "FakeOOM" in err and "4.00 MiB" in err
+    assert held == 2000
     assert cuda.fraction == 1.0
 
 
@@ -297,8 +310,8 @@ def test_search_under_an_enforcing_cap(cnn, searches):
     assert ours.next_trial.error is not None and "FakeOOM" in ours.next_trial.error
     b = ours.batch_size
     assert cap.run(batch_mod._make_step(loss_fn, b, None, params), LIMIT, 0)[0] is False
-    fits, measured, err = cap.run(batch_mod._make_step(loss_fn, b, ours.strategy, params),
-                                  LIMIT, 0)
+    fits, measured, err, _ = cap.run(batch_mod._make_step(loss_fn, b, ours.strategy, params),
+                                     LIMIT, 0)
     assert fits and err is None and measured <= LIMIT
     assert cuda.fraction == 1.0
 
