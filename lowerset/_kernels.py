@@ -760,14 +760,14 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             # m <= cap are a suffix
             e0 = _first_at_most(fm, fstart[a], fend[a], cap)
             if maximize:
-                stop = e0
+                stop = fend[a]
                 for e in range(e0, fend[a]):
-                    stop = e + 1
                     t2 = ft[e] + dt
                     if t2 > cap_b:
                         capped += 1
                         continue
                     if t2 < low_b:   # t decreases along the front's suffix
+                        stop = e + 1
                         break
                     m2 = fm[e] + dm
                     if m2 < scratch_m[t2]:
