@@ -1,7 +1,9 @@
 """Benchmark the device-budget planner on block-repetitive graphs from 100 to 10,000 nodes.
 
 For each family of ``examples/block_graphs.py`` (transformer, resnet, unet, inception; default
-facts) and each size (nodes, geometric steps): the lower sets, the plain step's peak, and per
+facts) and each size (nodes, geometric steps), and where PyTorch is installed for the GPT-like
+stack traced at operator level (``examples/traced_graphs.py``, family "gpt": 6, 12, 24 and 48
+layers by default, 399-3,087 nodes; the trace's execution facts): the lower sets, the plain step's peak, and per
 call -- ``min_peak``, ``solve`` at 0.9 x plain, halfway between the least peak and plain, and
 the least peak + 10% of that gap, and ``pareto`` -- the wall time, the result's peak (bytes)
 and recompute cost, and the planner's memory: the growth of the process's resident set over
@@ -18,7 +20,7 @@ Targets (issue 28; 2 cores): 2,500 nodes within 10 s per ``solve`` or ``min_peak
 
 Usage::
 
-    python examples/bench_scale.py [--families transformer resnet] [--max-nodes 2500]
+    python examples/bench_scale.py [--families transformer resnet gpt] [--max-nodes 2500]
         [--sizes 100 250 ...] [--time-limit 120] [--method auto] [--out results/bench_scale]
         [--picture docs/images/bench_scale.png]
 
@@ -40,9 +42,14 @@ import numpy as np  # noqa: E402
 
 import lowerset as ls  # noqa: E402
 import block_graphs  # noqa: E402
+import traced_graphs  # noqa: E402
 from _machine import machine_info, machine_line  # noqa: E402
 
 SIZES = (100, 250, 500, 1000, 2500, 5000, 10000)
+#: The traced GPT-like stack's default sizes: 6, 12, 24 and 48 layers.
+GPT_SIZES = tuple(traced_graphs.FIXED_NODES + traced_graphs.NODES_PER_LAYER * layers
+                  for layers in (6, 12, 24, 48))
+FAMILIES = block_graphs.FAMILIES + ("gpt",)
 CALLS = ("min_peak", "solve_0.9", "solve_half", "solve_10", "pareto")
 TIMED = ("min_peak", "solve_0.9", "solve_half", "solve_10")  # the per-call targets
 TARGETS = {"t2500": 10.0, "t10000": 60.0, "slope": 1.3, "memory10000": 2 << 30}
@@ -104,9 +111,26 @@ def lower_sets_text(count):
     return f"> {ls.DEFAULT_MAX_LOWER_SETS:,}" if count is None else f"{count:,}"
 
 
+def sized(family, nodes):
+    """(depth, graph) of `family` (one of :data:`FAMILIES`) with about `nodes` nodes; the
+    depth of "gpt" is its number of layers."""
+    return (traced_graphs.sized(nodes) if family == "gpt"
+            else block_graphs.sized(family, nodes))
+
+
+def build(family, depth):
+    """A fresh graph of `family` at `depth` (no planner results cached on it)."""
+    return traced_graphs.gpt(depth) if family == "gpt" else block_graphs.build(family, depth)
+
+
+def default_sizes(family):
+    """The sizes (nodes) a run measures `family` at when ``--sizes`` is not given."""
+    return GPT_SIZES if family == "gpt" else SIZES
+
+
 def bench(family, nodes, time_limit, method="auto"):
     """One row: the graph's figures and one dict per call of :data:`CALLS`."""
-    depth, g = block_graphs.sized(family, nodes)
+    depth, g = sized(family, nodes)
     plain = ls.schedule(g).peak
     row = {"family": family, "depth": depth, "nodes": g.n, "plain": int(plain),
            "lower_sets": lower_sets(g),
@@ -114,7 +138,7 @@ def bench(family, nodes, time_limit, method="auto"):
            "load_average": [round(x, 2) for x in os.getloadavg()], "calls": {}}
 
     def fresh():
-        return block_graphs.build(family, depth)
+        return build(family, depth)
 
     def run(name, fn, budget=None):
         out, seconds, memory, rss = measured(fn)
@@ -165,11 +189,15 @@ def slope(rows, key=None):
     return float(np.polyfit(n, t, 1)[0])
 
 
-def run_all(families, sizes, time_limit, method="auto", log=print, save=None):
-    """Rows of :func:`bench`; ``save(rows)`` after each (partial results survive a stop)."""
+def run_all(families, sizes, time_limit, method="auto", log=print, save=None, max_nodes=None):
+    """Rows of :func:`bench` at `sizes` (nodes; None: :func:`default_sizes` of each family),
+    those above `max_nodes` left out; ``save(rows)`` after each (partial results survive a
+    stop)."""
     rows = []
     for family in families:
-        for nodes in sizes:
+        for nodes in default_sizes(family) if sizes is None else sizes:
+            if max_nodes is not None and nodes > max_nodes:
+                continue
             row = bench(family, nodes, time_limit, method)
             rows.append(row)
             if save:
@@ -347,12 +375,12 @@ def profile(family, nodes, method="auto"):
     import cProfile
     import pstats
 
-    depth, g = block_graphs.sized(family, nodes)
+    depth, g = sized(family, nodes)
     plain = ls.schedule(g).peak
-    least = ls.min_peak(block_graphs.build(family, depth), method).schedule.peak
+    least = ls.min_peak(build(family, depth), method).schedule.peak
     budget = (least + plain) / 2
-    calls = (("`min_peak`", lambda: ls.min_peak(block_graphs.build(family, depth), method)),
-             ("`solve` halfway", lambda: ls.solve(block_graphs.build(family, depth), budget,
+    calls = (("`min_peak`", lambda: ls.min_peak(build(family, depth), method)),
+             ("`solve` halfway", lambda: ls.solve(build(family, depth), budget,
                                                   method=method)))
     cols, totals = [], []
     for name, fn in calls:
@@ -393,9 +421,12 @@ def profile(family, nodes, method="auto"):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", nargs="*", default=list(block_graphs.FAMILIES),
-                    choices=block_graphs.FAMILIES)
-    ap.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
+    ap.add_argument("--families", nargs="*", choices=FAMILIES,
+                    default=list(FAMILIES if traced_graphs.available() else block_graphs.FAMILIES),
+                    help="default: all, gpt only where PyTorch is installed")
+    ap.add_argument("--sizes", nargs="*", type=int, default=None,
+                    help=f"nodes (default: {', '.join(map(str, SIZES))}; gpt: "
+                    f"{', '.join(map(str, GPT_SIZES))})")
     ap.add_argument("--max-nodes", type=int, default=None, help="leave out larger sizes")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per call")
     ap.add_argument("--method", default="auto", choices=ls.METHODS)
@@ -410,6 +441,9 @@ def main(argv=None):
                     help="only profile min_peak and solve on the first family at about NODES "
                     "nodes; writes <out>_profile.md")
     args = ap.parse_args(argv)
+    if "gpt" in args.families and not traced_graphs.available():
+        ap.error("family gpt traces a PyTorch model: install the torch extra "
+                 "(pip install -e '.[torch]')")
     if args.profile:
         warm_up(args.method)
         text = profile(args.families[0], args.profile, args.method)
@@ -417,7 +451,6 @@ def main(argv=None):
         args.out.parent.mkdir(parents=True, exist_ok=True)
         Path(str(args.out) + "_profile.md").write_text(text)
         return 0
-    sizes = [n for n in args.sizes if args.max_nodes is None or n <= args.max_nodes]
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def save(rows, **more):
@@ -432,8 +465,9 @@ def main(argv=None):
         info = machine_info()
         print(machine_line(info), flush=True)
         warm_up(args.method)
-        rows = run_all(args.families, sizes, args.time_limit, args.method,
-                       log=lambda s: print(s, file=sys.stderr, flush=True), save=save)
+        rows = run_all(args.families, args.sizes, args.time_limit, args.method,
+                       log=lambda s: print(s, file=sys.stderr, flush=True), save=save,
+                       max_nodes=args.max_nodes)
     slopes = fits(rows)
     met = targets(rows, slopes)
     text = markdown(rows, slopes, met, machine_line(info), args.time_limit)

@@ -44,3 +44,11 @@ def test_slopes_targets_report(rows, tmp_path):
     pytest.importorskip("matplotlib")
     bs.picture(rows, slopes, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_traced_family_needs_torch(capsys):
+    if bs.traced_graphs.available():
+        pytest.skip("PyTorch is installed here: tests/torch_ext/test_traced_graphs.py runs it")
+    with pytest.raises(SystemExit) as info:
+        bs.main(["--families", "gpt", "--no-picture"])
+    assert info.value.code == 2 and "torch extra" in capsys.readouterr().err
