@@ -932,6 +932,8 @@ def test_deepening_hints_do_not_change_the_plan(g, data):
         ls.dp._cache(fresh)[("prices pay", "exact")] = bound
         for k in (1, ls.dp._BOUND_MULTIPLIERS):
             ls.dp._cache(fresh)[("bound ratio", "exact", k)] = ratio
+        # prices found weak on an earlier pass: the passes bound without them
+        ls.dp._cache(fresh)[("prices weak", "exact")] = bound and ratio == 3.0
         with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0):
             s = ls.dp.solve(fresh, budget, mode="time", overhead_bound=feasible,
                             overhead_guess=guess)
@@ -1122,3 +1124,44 @@ def test_remaining_bound_is_close_to_the_optimum_on_a_chain(n, budget):
     lb0 = ls.dp._remaining_bound(fam, g, budget, never).lb[0]
     opt = ls.dp.solve(g, budget).overhead
     assert 0.85 * opt <= lb0 <= opt
+
+
+@settings(max_examples=examples(0.5), deadline=None)
+@given(dags(max_nodes=7, max_cost=40, max_memory=50), st.data())
+def test_prices_found_weak_are_not_made_again(g, data):
+    """A pass bound with prices of the cache records whether that bound of ∅ lay below
+    1 / _WEAK_PRICES of the optimum (the share drawn: on graphs this small the priced bound
+    lies within a factor 8 of the optimum); a family so marked bounds its later passes
+    without prices (no priced sums are made), and its plans stay the same."""
+    share = data.draw(st.sampled_from([1, 2, ls.dp._WEAK_PRICES]), label="share")
+    lo = ls.min_budget(g, "exact")
+    hi = ls.dp.solve(g, 2 * g.total_memory(), mode="memory").peak_memory
+    budget = data.draw(st.integers(lo, max(lo, hi)), label="budget")
+    never = ls.dp._limits.NO_DEADLINE
+    fam = ls.dp._get_family(g, "exact", ls.dp.DEFAULT_MAX_LOWER_SETS, never)
+    lb0 = ls.dp._remaining_bound(fam, g, budget, never).lb[0]
+    real, priced = ls.dp._remaining_bound, []
+
+    def counted(fam, G, budget, deadline, lam=None):
+        priced.append(lam is None)
+        return real(fam, G, budget, deadline, lam)
+
+    plans = []
+    for weak in (None, True):
+        fresh = g.with_facts(g.facts)
+        cache = ls.dp._cache(fresh)
+        cache[("remaining bound pays", "exact")] = cache[("prices pay", "exact")] = True
+        cache[("prices weak", "exact")] = weak
+        priced.clear()
+        with unittest.mock.patch.object(ls.dp, "_BOUND_MIN_CAP", 0), \
+                unittest.mock.patch.object(ls.dp, "_SLACK", 0), \
+                unittest.mock.patch.object(ls.dp, "_WEAK_PRICES", share), \
+                unittest.mock.patch.object(ls.dp, "_remaining_bound", counted):
+            s = ls.dp.solve(fresh, budget, mode="time")
+        plans.append((s.overhead, s.lower_sets))
+        if weak:
+            assert not any(priced) and cache[("prices weak", "exact")]
+        elif any(priced) and s.overhead >= 4:
+            # its last pass was capped at or above the optimum, so it bounded with prices
+            assert cache[("prices weak", "exact")] == (share * lb0 < s.overhead)
+    assert plans[0] == plans[1]

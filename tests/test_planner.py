@@ -1,6 +1,8 @@
 """lowerset.solve / min_peak / pareto: budgets in whole-step device bytes."""
 
 import math
+import types
+import unittest.mock
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
+from lowerset import planner
 
 from conftest import fan
 from facts_strategies import graphs_with_facts
@@ -442,3 +445,35 @@ def test_an_error_in_solves_search_stops_the_local_search_beside_it(monkeypatch)
         ls.solve(g, least + (ls.schedule(g).peak - least) // 2, method="exact")
     assert time.perf_counter() - start < 5 and len(steps) < 300
     assert ("exact", ls.DEFAULT_MAX_LOWER_SETS) not in g.__dict__.get("_pareto_cache", {})
+
+
+@pytest.mark.parametrize("share", [planner.JUMP_SHARE, 1.0])
+def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(share):
+    """An exact DP call of solve's search whose deepening would start at twice its floor, at
+    least JUMP_SHARE of its bound but below the optimum, runs one pass at the bound instead of
+    a failing pass and a second one (share 1.0: no jump); its front is the same either way:
+    that of the deepening with the same floor and bound."""
+    g = ls.Graph.chain(24, cost=10, memory=10)
+    never, mls = planner._Deadline(None), ls.DEFAULT_MAX_LOWER_SETS
+    b = ls.min_budget(g)
+    optimum = ls.dp.solve(g, b).overhead
+    floor = int(0.45 * optimum)
+    # on a chain the pruned family is the whole one: the bound is the optimum
+    assert planner._paper(g, "approx", "time", b, mls, never).overhead == optimum >= 20
+    # a plan at a larger budget sets the floor: twice it lies 10% below the optimum
+    g.__dict__["_paper_cache"][("front", "exact", 2 * b, mls)] = [
+        types.SimpleNamespace(overhead=floor)]
+    real, caps = ls.dp._run_front_dp, []
+
+    def counted(G, fam, budget, maximize, deadline, tcap, bound=None):
+        caps.append(tcap)
+        return real(G, fam, budget, maximize, deadline, tcap, bound)
+
+    with unittest.mock.patch.object(planner, "JUMP_SHARE", share), \
+            unittest.mock.patch.object(ls.dp, "_run_front_dp", counted):
+        front = planner._paper_time(g, "exact", b, mls, never)
+    assert caps == ([optimum] if share < 1 else [2 * floor, optimum])
+    deepened = ls.dp.time_front(g.with_facts(g.facts), b, overhead_bound=optimum,
+                                overhead_floor=floor)
+    assert [(s.overhead, s.lower_sets) for s in front] == \
+        [(s.overhead, s.lower_sets) for s in deepened]
