@@ -3,17 +3,17 @@
 For each family of ``examples/block_graphs.py`` (transformer, resnet, unet, inception; default
 facts) and each size (nodes, geometric steps), and where PyTorch is installed for the GPT-like
 stack traced at operator level (``examples/traced_graphs.py``, family "gpt": 6, 12, 24 and 48
-layers by default, 399-3,087 nodes; the trace's execution facts): the lower sets, the plain step's peak, and per
-call -- ``min_peak``, ``solve`` at 0.9 x plain, halfway between the least peak and plain, and
-the least peak + 10% of that gap, and ``pareto`` -- the wall time, the result's peak (bytes)
-and recompute cost, and the planner's memory: the growth of the process's resident set over
-its size before the call (Linux's VmHWM, reset before each call through
+layers by default, 399-3,087 nodes; the trace's execution facts): the lower sets, the plain
+step's peak, and per call -- ``min_peak``, ``solve`` at 0.9 x plain, halfway between the least
+peak and plain, and the least peak + 10% of that gap, and ``pareto`` -- the wall time, the
+result's peak (bytes) and recompute cost, and the planner's memory: the growth of the process's
+resident set over its size before the call (Linux's VmHWM, reset before each call through
 ``/proc/self/clear_refs``; elsewhere the growth of ``ru_maxrss``, a lower bound). Each call runs
 on a fresh graph after Numba's JIT warm-up. A call that passes ``--time-limit`` is recorded as
 such (with its wall time, to show how far past the limit it stopped) and the family's larger
-sizes are skipped. The fitted slope is that of log(time) against log(nodes) (numpy.polyfit)
-over the sizes where every call finished, for the slowest ``min_peak``/``solve`` call of each
-size and for each call.
+sizes are skipped. The fitted slope is that of log(time) against log(nodes) (numpy.polyfit) over
+the sizes where every call finished, for the slowest ``min_peak``/``solve`` call of each size
+and for each call.
 
 Targets (issue 28; 2 cores): 2,500 nodes within 10 s per ``solve`` or ``min_peak`` call,
 10,000 within 60 s, slope at most 1.3 per family, planner memory under 2 GB at 10,000 nodes.
@@ -442,8 +442,8 @@ def main(argv=None):
                     "nodes; writes <out>_profile.md")
     args = ap.parse_args(argv)
     if "gpt" in args.families and not traced_graphs.available():
-        ap.error("family gpt traces a PyTorch model: install the torch extra "
-                 "(pip install -e '.[torch]')")
+        ap.error("family gpt traces a PyTorch model: run this with PyTorch installed, as "
+                 ".venv-torch/bin/python (scripts/venv_torch.sh makes it)")
     if args.profile:
         warm_up(args.method)
         text = profile(args.families[0], args.profile, args.method)

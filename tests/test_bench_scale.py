@@ -51,4 +51,4 @@ def test_the_traced_family_needs_torch(capsys):
         pytest.skip("PyTorch is installed here: tests/torch_ext/test_traced_graphs.py runs it")
     with pytest.raises(SystemExit) as info:
         bs.main(["--families", "gpt", "--no-picture"])
-    assert info.value.code == 2 and "torch extra" in capsys.readouterr().err
+    assert info.value.code == 2 and "PyTorch" in capsys.readouterr().err
