@@ -36,6 +36,10 @@ _FIRST_TCAP = 4
 # the optimum, and a start that fails goes on 4x its excess over lb0 (:func:`_next_cap`), so
 # the margin is tight: neighbouring budgets' ratios mostly differ by less than 1%.
 _RATIO_MARGIN = 1.01
+# time_front runs one pass at its overhead bound, not the deepening from its start, where the
+# start lies at least this share of the bound: the pass at the bound reads at most a quarter
+# more, and a start that fails costs a whole second pass (the front is the same either way)
+_JUMP_SHARE = 0.8
 # multipliers of the cache in the time-centric DP's A* bound (:func:`_multipliers`), used on a
 # family where a pass has read _PRICES_PAY times its scan, for caps of at least _BOUND_MIN_CAP
 # cost units per multiplier and _SLACK times the bound without them (:func:`_a_star_bound`)
@@ -724,10 +728,10 @@ def _final_front(G, fam, method, budget, maximize, deadline, overhead_bound=None
     if fend[last] == fstart[last]:  # pragma: no cover - _check_feasible ruled this out
         raise LowersetError(f"internal error: budget {budget} passed the feasibility check, but "
                             "the DP found no strategy")
+    optimum = int(ft[fstart[last]:fend[last]].min())
     if ratio_key is not None and base > 0:
-        cache[ratio_key] = int(ft[fstart[last]:fend[last]].min()) / base
+        cache[ratio_key] = optimum / base
     if bound is not None and bound.lam.shape[0] > 1:
-        optimum = int(ft[fstart[last]:fend[last]].min())
         cache[weak] = _WEAK_PRICES * bound.lb[0] < optimum
     return fstart, fend, ft, fpa, fpe
 
@@ -843,12 +847,12 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     Parameters, errors and references as :func:`solve`; `budget` is required.
     `overhead_floor` (cost units) is an overhead no strategy within `budget` goes below (the
     optimum at a larger budget): the deepening starts at twice it, which saves its first
-    passes; the front then reaches up to that cap. With `start_at_bound`, one pass capped at
-    `overhead_bound` (where it is close to the optimum: the optimum at a slightly smaller
-    budget) replaces the deepening's passes, and its front is cut at the cap where the
-    deepening stops: the same strategies (the states of overhead up to a cap, and their
-    back-pointers, do not depend on how far above it a pass is capped; see
-    :func:`_kernels.dp_fronts`).
+    passes; the front then reaches up to that cap. With `start_at_bound`, or where that start
+    lies at least :data:`_JUMP_SHARE` of `overhead_bound`, one pass capped at `overhead_bound`
+    (where it is close to the optimum: the optimum at a slightly smaller budget) replaces the
+    deepening's passes, and its front is cut at the cap where the deepening stops: the same
+    strategies (the states of overhead up to a cap, and their back-pointers, do not depend on
+    how far above it a pass is capped; see :func:`_kernels.dp_fronts`).
 
     Returns
     -------
@@ -863,7 +867,7 @@ def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SE
     fam = _get_family(G, method, max_lower_sets, deadline)
     T = G.total_cost()
     cap_max, first = _deepening_start(T, overhead_bound, 2 * int(overhead_floor))
-    jump = start_at_bound and overhead_bound is not None
+    jump = overhead_bound is not None and (start_at_bound or first >= _JUMP_SHARE * cap_max)
     fstart, fend, ft, fpa, fpe = _final_front(G, fam, method, budget, False, deadline,
                                               overhead_bound, start=cap_max if jump else first,
                                               whole_front=True)

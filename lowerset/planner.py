@@ -75,11 +75,6 @@ DESCENT = 0.85
 #: The search of :func:`solve` stops once a plan that fits overheads (eq. 1) at most one cost
 #: unit or this fraction above the least overhead its further probes could reach.
 STOP_GAP = 0.02
-#: An exact DP call of :func:`solve`'s search runs one pass at its overhead bound, not the
-#: deepening from twice its floor, where that start lies at least this fraction of the bound:
-#: the pass at the bound reads at most a quarter more, and a start that fails costs a whole
-#: second pass (the front is the same either way, :func:`dp.time_front`).
-JUMP_SHARE = 0.8
 
 # each DP family's subfamilies, itself included: their optima bound its own (see _paper)
 _SUBFAMILIES = {"approx": ("approx",), "ordered": ("approx", "ordered"),
@@ -746,13 +741,12 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
             bound = approx if bound is None else min(bound, approx)
         except InfeasibleBudgetError:
             pass   # b is below the pruned family's minimal budget
-        # an optimum of this family at a smaller budget lies close above the one here, and so
-        # does a bound close to the deepening's start: one pass capped at it costs less than
-        # the deepening's passes below it
-        jump = bound is not None and (below == bound or 2 * floor >= JUMP_SHARE * bound)
+        # an optimum of this family at a smaller budget lies close above the one here: one
+        # pass capped at it costs less than the deepening's passes below it
         cache[key] = dp.time_front(G, b, family, max_lower_sets=max_lower_sets,
                                    time_limit=deadline.left(), overhead_bound=bound,
-                                   overhead_floor=floor, start_at_bound=jump)
+                                   overhead_floor=floor,
+                                   start_at_bound=below is not None and below == bound)
     return cache[key]
 
 

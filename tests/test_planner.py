@@ -447,11 +447,11 @@ def test_an_error_in_solves_search_stops_the_local_search_beside_it(monkeypatch)
     assert ("exact", ls.DEFAULT_MAX_LOWER_SETS) not in g.__dict__.get("_pareto_cache", {})
 
 
-@pytest.mark.parametrize("share", [planner.JUMP_SHARE, 1.0])
+@pytest.mark.parametrize("share", [ls.dp._JUMP_SHARE, 1.0])
 def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(share):
     """An exact DP call of solve's search whose deepening would start at twice its floor, at
-    least JUMP_SHARE of its bound but below the optimum, runs one pass at the bound instead of
-    a failing pass and a second one (share 1.0: no jump); its front is the same either way:
+    least dp._JUMP_SHARE of its bound but below the optimum, runs one pass at the bound instead
+    of a failing pass and a second one (share 1.0: no jump); its front is the same either way:
     that of the deepening with the same floor and bound."""
     g = ls.Graph.chain(24, cost=10, memory=10)
     never, mls = planner._Deadline(None), ls.DEFAULT_MAX_LOWER_SETS
@@ -469,11 +469,12 @@ def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(sha
         caps.append(tcap)
         return real(G, fam, budget, maximize, deadline, tcap, bound)
 
-    with unittest.mock.patch.object(planner, "JUMP_SHARE", share), \
+    with unittest.mock.patch.object(ls.dp, "_JUMP_SHARE", share), \
             unittest.mock.patch.object(ls.dp, "_run_front_dp", counted):
         front = planner._paper_time(g, "exact", b, mls, never)
     assert caps == ([optimum] if share < 1 else [2 * floor, optimum])
-    deepened = ls.dp.time_front(g.with_facts(g.facts), b, overhead_bound=optimum,
-                                overhead_floor=floor)
+    with unittest.mock.patch.object(ls.dp, "_JUMP_SHARE", 1.0):   # the deepening alone
+        deepened = ls.dp.time_front(g.with_facts(g.facts), b, overhead_bound=optimum,
+                                    overhead_floor=floor)
     assert [(s.overhead, s.lower_sets) for s in front] == \
         [(s.overhead, s.lower_sets) for s in deepened]
