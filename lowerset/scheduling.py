@@ -57,7 +57,8 @@ from .exceptions import ArgumentTypeError
 from .graph import Graph
 from .strategy import CanonicalStrategy
 
-__all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KINDS"]
+__all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KINDS",
+           "inplace_groups"]
 
 #: Event kinds, in the vocabulary of the paper's canonical strategy and of liveness analysis.
 EVENT_KINDS = _k.EVENT_CODES
@@ -298,7 +299,24 @@ def _drop_rule(g):
 
 def _inplace_groups(facts):
     """Root id per node of the groups tied by in-place writes (union-find), or None."""
-    root = np.arange(len(facts.nodes), dtype=np.int64)
+    groups = inplace_groups(facts)
+    return groups if (groups != np.arange(len(facts.nodes))).any() else None
+
+
+def inplace_groups(facts):
+    """Int64 per node (shape (n,)): the root id of the group of nodes that in-place writes tie
+    together, the node itself where none does.
+
+    An in-place function (``NodeFacts.inplace``) writes into the buffer of the argument its
+    output is a view of. It is tied with that argument's node and, following ``output_views``
+    from there, with every view on the way to the node that owns the buffer: the writes change
+    the owner's value, so a plan that recomputes the owner must replay them, and one that keeps
+    it must not replay them on the kept buffer. A plan drops a group whole or not at all
+    (:func:`dropped_nodes`); a function of the group that a later one overwrites reads the
+    buffer as it was when it ran, so the group is recomputed in forward order (the facts' args
+    lead from each write to the ones before it: ``torch_ext.trace`` records them)."""
+    nodes = facts.nodes
+    root = np.arange(len(nodes), dtype=np.int64)
 
     def find(v):
         while root[v] != v:
@@ -306,16 +324,16 @@ def _inplace_groups(facts):
             v = root[v]
         return v
 
-    tied = False
-    for w, nf in enumerate(facts.nodes):
+    for w, nf in enumerate(nodes):
         if not nf.inplace:
             continue
         for p in nf.output_views:
-            if p >= 0 and nf.args[p][0] >= 0:
-                root[find(w)] = find(nf.args[p][0])
-                tied = True
-    if not tied:
-        return None
+            src = nf.args[p] if p >= 0 else (-1, 0)
+            while src[0] >= 0:
+                s, k = src
+                root[find(w)] = find(s)
+                q = nodes[s].output_views[k] if k < len(nodes[s].output_views) else -1
+                src = nodes[s].args[q] if q >= 0 else (-1, 0)
     return np.array([find(v) for v in range(len(root))], dtype=np.int64)
 
 

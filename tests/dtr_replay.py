@@ -13,7 +13,7 @@ bytes included, or raises AssertionError naming the first event that breaks a ru
 
 import numpy as np
 
-from schedule_reference import _backward_grads, _Buffers, _grad_outputs
+from schedule_reference import _backward_grads, _Buffers, _grad_outputs, _written_chain
 
 
 def replay(s):
@@ -150,6 +150,6 @@ def _frozen(F):
     frozen = [nf.pinned for nf in F.nodes]
     for w, nf in enumerate(F.nodes):
         for p in nf.output_views if nf.inplace else ():
-            if p >= 0 and nf.args[p][0] >= 0:
-                frozen[w] = frozen[nf.args[p][0]] = True
+            for u in _written_chain(F, nf, p):
+                frozen[w] = frozen[u] = True
     return frozen

@@ -51,15 +51,28 @@ def _dropped(strategy):
                 has_consumer[s] = True
     dropped = ~keep & has_consumer
     changed = True
-    while changed:  # an in-place function and the producer it overwrites: both or neither
-        changed = False
+    while changed:  # an in-place function and the views it writes through, down to the
+        changed = False  # buffer's owner: all or none
         for w, nf in enumerate(F.nodes):
             for p in nf.output_views if nf.inplace else ():
-                u = nf.args[p][0] if p >= 0 else -1
-                if u >= 0 and dropped[w] != dropped[u]:
-                    dropped[w] = dropped[u] = False
-                    changed = True
+                for u in _written_chain(F, nf, p):
+                    if dropped[w] != dropped[u]:
+                        dropped[w] = dropped[u] = False
+                        changed = True
     return dropped
+
+
+def _written_chain(F, nf, p):
+    """The nodes whose memory an in-place write through argument `p` of `nf` changes: the
+    argument's node, then the node each is a view of, up to the owner of the buffer."""
+    chain = []
+    src = nf.args[p] if p >= 0 else (-1, 0)
+    while src[0] >= 0:
+        chain.append(src[0])
+        views = F.nodes[src[0]].output_views
+        q = views[src[1]] if src[1] < len(views) else -1
+        src = F.nodes[src[0]].args[q] if q >= 0 else (-1, 0)
+    return chain
 
 
 def _compute_events(g, dropped):

@@ -241,6 +241,36 @@ class TestHandComputed:
         assert s.timeline.tolist() == [10, 11, 12, 13, 24, 24, 24, 23, 23, 13]
         assert s.fold.highs.tolist()[6] == 36
 
+    def test_a_write_through_a_view_ties_the_buffers_owner(self):
+        """0 owns a buffer, 1 is a view of it, 2 writes into the view in place (``buf[:, :2]
+        += 1``), 3 reads the buffer after the write (its facts list the write among its
+        arguments, read by its backward as the buffer is), 4 reads 3. A
+        plan drops 0, 1 and 2 together or none of them: dropping the write alone would replay
+        it on the kept buffer, dropping the owner alone would recompute it without the write."""
+        g = _graph([
+            dict(outputs=(40,), args=((-1, 0),), grad_args=(False,), output_views=(-1,),
+                 grad_views=(-1,), plain_free_after=(-1,)),
+            dict(outputs=(16,), args=((0, 0),), grad_args=(False,), output_views=(0,),
+                 grad_views=(-1,), plain_free_after=(-1,)),
+            dict(outputs=(16,), args=((1, 0),), grad_args=(False,), output_views=(0,),
+                 grad_views=(-1,), plain_free_after=(-1,), inplace=True),
+            dict(outputs=(40,), args=((0, 0), (2, 0)), reads_args=(0, 1),
+                 grad_args=(False, False), output_views=(-1,), grad_views=(-1, -1),
+                 plain_free_after=(-1,)),
+            dict(outputs=(8,), args=((3, 0),), reads_args=(0,), grad_args=(True,),
+                 output_views=(-1,), grad_views=(-1,), plain_free_after=(-1,)),
+        ], externals=(("input", 40),), returned=((4, 0),))
+        assert ls.inplace_groups(g.facts).tolist() == [0, 0, 0, 3, 4]
+        for cut in range(1, 5):   # prefixes: the write's group is cut at 1, 2 and 3
+            s = ls.CanonicalStrategy(g, [set(range(cut)), set(range(5))])
+            dropped = dropped_nodes(s)
+            assert len(set(dropped[:3].tolist())) == 1, (cut, dropped)
+        s = ls.CanonicalStrategy(g, [{0, 1, 2, 3}, set(range(5))])
+        assert dropped_nodes(s).tolist() == [True, True, True, False, False]
+        # 3's backward reads the buffer as the write left it: the owner, the view and the
+        # write are recomputed before it, in forward order
+        assert s.schedule.recomputed == [0, 1, 2]
+
     def test_stochastic_state_is_kept_and_reused(self):
         g = _graph([dict(outputs=(4,), args=(), output_views=(-1,), plain_free_after=(-1,)),
                     dict(outputs=(4,), args=((0, 0),), state=9, stochastic=True,

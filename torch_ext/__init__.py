@@ -10,7 +10,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in the planner-only environment
     raise ImportError("torch_ext needs PyTorch: pip install 'lowerset[torch]'") from e
 
-from .exceptions import TorchExtError, TraceError, StrategyMismatchError, HookUsageError
+from .exceptions import (TorchExtError, TraceError, StrategyMismatchError, HookUsageError,
+                         RecomputationError)
 from .trace import trace, TracedGraph, COST_MODELS
 from .executor import RecomputeContext
 from .verify import verify, VerifyReport, VerificationError
@@ -18,7 +19,8 @@ from .memory import peak_memory, MemoryReport
 from .batch import (max_batch_size, extrapolate, BatchSizeResult, BatchTrial, BatchScalingError,
                     NoBatchFitsError)
 
-__all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError", "TraceError",
-           "StrategyMismatchError", "HookUsageError", "verify", "VerifyReport", "VerificationError",
-           "peak_memory", "MemoryReport", "max_batch_size", "extrapolate", "BatchSizeResult",
-           "BatchTrial", "BatchScalingError", "NoBatchFitsError"]
+__all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError",
+           "TraceError", "StrategyMismatchError", "HookUsageError", "RecomputationError",
+           "verify", "VerifyReport", "VerificationError", "peak_memory", "MemoryReport",
+           "max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial", "BatchScalingError",
+           "NoBatchFitsError"]

@@ -1,9 +1,12 @@
 """Turn what :func:`torch_ext.trace` recorded into a :class:`~torch_ext.trace.TracedGraph`:
 one node per recorded operation that is not absorbed, with its :class:`lowerset.NodeFacts`."""
 
+import dataclasses
 import math
+from types import SimpleNamespace
 
 import lowerset
+from lowerset.scheduling import inplace_groups
 
 from .exceptions import TraceError
 
@@ -16,7 +19,6 @@ def build(rec, loss, windows, cost_model, time_unit, device):
 
     nodes = [op for op in rec.ops if op.node is not None]
     n = len(nodes)
-    _pin_readers_of_overwritten(nodes)
     kept = _kept_for_unknown_reads(rec, nodes)
     returned = sorted(_returned(nodes) | kept)
     loss_ref = rec.value_of[loss]
@@ -24,11 +26,12 @@ def build(rec, loss, windows, cost_model, time_unit, device):
     if seeds[0] not in returned:
         returned = sorted(set(returned) | set(seeds))
     bpos = {v: q for q, v in enumerate(rec.backward_order)}
+    built = [_node_facts(op, n, windows, bpos, kept) for op in nodes]
+    _pin_readers_of_overwritten(nodes, [nf for nf, _ in built])
     facts_nodes, attrs = [], {}
     absorbed = _absorbed_before(rec.ops)
-    for op in nodes:
-        nf, hidden = _node_facts(op, n, windows, bpos, kept)
-        facts_nodes.append(nf)
+    for op, (nf, hidden) in zip(nodes, built):
+        facts_nodes.append(dataclasses.replace(nf, pinned=op.pin is not None))
         attrs[op.node] = _attrs(op, hidden, absorbed.get(op.node, []))
     if absorbed.get(None):
         attrs[n - 1]["absorbed_after"] = absorbed[None]
@@ -66,28 +69,21 @@ def _absorbed_before(ops):
     return out
 
 
-def _pin_readers_of_overwritten(nodes):
+def _pin_readers_of_overwritten(nodes, facts_nodes):
     """Pin the nodes that read memory an in-place operation overwrites later (a recomputation
     would read the new values): every node before the write that reads a value sharing the
-    written buffer, except those tied to the writer (an in-place operation and the producer of
-    what it overwrites, dropped and recomputed together, replay the writes in order)."""
+    written buffer, except those the write ties to it (the views it writes through and the
+    buffer's owner, :func:`lowerset.scheduling.inplace_groups`: dropped and recomputed
+    together, in forward order, they replay the writes in order)."""
+    group = inplace_groups(SimpleNamespace(nodes=facts_nodes))
     buffer, readers = {}, {}
-    tie = list(range(len(nodes)))
-
-    def find(v):
-        while tie[v] != v:
-            tie[v] = tie[tie[v]]
-            v = tie[v]
-        return v
-
     for op in nodes:
         v = op.node
         bufs = [buffer.get(a) if a[0] >= 0 else None for a in op.args]
         for p in op.writes:
             if p < len(op.args) and op.args[p][0] >= 0 and p in op.views:
-                tie[find(v)] = find(op.args[p][0])
                 for u in readers.get(bufs[p], ()):
-                    if u != v and find(u) != find(v) and nodes[u].pin is None:
+                    if u != v and group[u] != group[v] and nodes[u].pin is None:
                         nodes[u].pin = (f"reads memory that operation {v} ({op.name}) "
                                         "overwrites in place later")
         for b in {b for b in bufs if b is not None}:
@@ -127,7 +123,10 @@ def _returned(nodes):
 def _node_facts(op, n, windows, bpos, kept):
     v = op.node
     args = list(op.args)
-    reads_args, reads_outputs, hidden = set(), set(), 0
+    for _, w in op.versions:
+        if w not in args:
+            args.append(w)
+    reads_args, reads_outputs = set(), set()
     for (u, k) in sorted(op.reads):
         if u == v:
             reads_outputs.add(k)
@@ -136,7 +135,9 @@ def _node_facts(op, n, windows, bpos, kept):
         else:
             args.append((u, k))
             reads_args.add(len(args) - 1)
-            hidden += 1
+    # a saved argument is read as the writes into its memory before the call left it
+    reads_args.update(args.index(w) for p, w in op.versions if p in reads_args)
+    hidden = len(args) - len(op.args)
     m = len(args)
     n_out = len(op.out_bytes)
     views = tuple(op.views)

@@ -16,7 +16,12 @@ CUDA_BLOCK = 512
 
 __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
-           "drew_random", "schema_writes", "describe", "signature"]
+           "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized"]
+
+#: The operations whose outputs hold whatever the allocator's memory held (``torch.empty``):
+#: their values are not the call's, so a recomputation need not reproduce them.
+_UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
+                            "new_empty_strided", "empty_permuted"})
 
 
 def flatten_call(args, kwargs):
@@ -106,6 +111,12 @@ def generator_marks():
     if torch.cuda.is_initialized():
         cuda = tuple(g.get_offset() for g in torch.cuda.default_generators)
     return torch.default_generator.get_state(), cuda
+
+
+def makes_uninitialized(func):
+    """Whether the operation returns memory it does not write (``aten.empty_like``)."""
+    packet = getattr(func, "_overloadpacket", None)
+    return getattr(packet, "__name__", None) in _UNINITIALIZED
 
 
 def drew_random(before, after):

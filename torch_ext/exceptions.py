@@ -2,7 +2,8 @@
 
 from lowerset.exceptions import LowersetError, StrategyError
 
-__all__ = ["TorchExtError", "TraceError", "StrategyMismatchError", "HookUsageError"]
+__all__ = ["TorchExtError", "TraceError", "StrategyMismatchError", "HookUsageError",
+           "RecomputationError"]
 
 
 class TorchExtError(LowersetError):
@@ -31,3 +32,21 @@ class StrategyMismatchError(TorchExtError, StrategyError):
 class HookUsageError(TorchExtError, RuntimeError):
     """The executor is used in a way it does not support (nesting, a second backward pass over
     one step, a backward pass outside its ``with`` block)."""
+
+
+class RecomputationError(TorchExtError, RuntimeError):
+    """A recomputed value differs from the value its operation made in the forward pass
+    (``RecomputeContext(check=True)``): a recomputation read an input that changed since, or
+    missed a write the forward pass made into the value's memory.
+
+    Attributes
+    ----------
+    node : int
+        The graph node whose recomputation differs.
+    output : int
+        The index of the first differing output of that node.
+    """
+
+    def __init__(self, message, node, output):
+        self.node, self.output = node, output
+        super().__init__(message)

@@ -29,9 +29,10 @@ from torch.utils.weak import WeakIdKeyDictionary
 import lowerset
 
 from . import _ops
+from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
 from ._replay import Call, ForwardCheck
-from .exceptions import HookUsageError, StrategyMismatchError
+from .exceptions import HookUsageError, RecomputationError, StrategyMismatchError
 
 __all__ = ["RecomputeContext"]
 
@@ -77,6 +78,14 @@ class RecomputeContext:
         The traced graph, needed only when `strategy` is None.
     model : torch.nn.Module, optional
         Checked not to be ``torch.compile``d.
+    check : bool
+        Take a fingerprint of each value the schedule may recompute when its operation first
+        runs (:func:`torch_ext._fingerprint.fingerprint`: sums of its bytes, no copy; not of
+        ``torch.empty``-like outputs, whose memory the call does not write) and
+        compare each recomputation with it, raising :class:`RecomputationError` at the first
+        difference. For testing a plan (:func:`torch_ext.verify` turns it on): it reads every
+        such value once more in each pass and allocates two int64 temporaries of its size, so
+        a measured peak is not the schedule's.
 
     Attributes
     ----------
@@ -98,6 +107,9 @@ class RecomputeContext:
         (name, argument shapes, dtypes, devices, wiring, outputs, number of operations: a
         data-dependent branch took another way, the model moved to another device), or
         autograd runs the backward calls in another order.
+    RecomputationError
+        With `check`, in the backward pass, if a recomputed value differs from the value its
+        operation made in the forward pass (naming the node, its operation and the output).
     HookUsageError
         If a RecomputeContext is already active in this thread or this one in another thread;
         in the backward pass, if a value the schedule freed is asked for again (a second
@@ -125,7 +137,7 @@ class RecomputeContext:
     .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy, liveness analysis).
     """
 
-    def __init__(self, strategy=None, *, record=False, graph=None, model=None):
+    def __init__(self, strategy=None, *, record=False, graph=None, model=None, check=False):
         if strategy is None:
             if graph is None:
                 raise TypeError("RecomputeContext(None) needs graph= (liveness analysis only)")
@@ -137,6 +149,7 @@ class RecomputeContext:
             check_not_compiled(None, model, HookUsageError)
         self.strategy = strategy
         self.record = bool(record)
+        self.check = bool(check)
         self.schedule = lowerset.schedule(strategy)
         self._check = ForwardCheck(strategy.graph)
         self._may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
@@ -157,6 +170,7 @@ class RecomputeContext:
         self._made = {}         # (v, k) -> bytes of the value the forward pass made
         self._value_of = WeakIdKeyDictionary()
         self._calls = {}        # v -> Call: what a recomputation of v needs
+        self._prints = {}       # v -> fingerprints of its outputs in the forward pass (check)
         self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
         self._hooked_nodes = set()  # graph nodes whose autograd node has the hooks
         self._gy = 0
@@ -234,6 +248,8 @@ class RecomputeContext:
             self._calls[v] = call.capture(func, args, kwargs)
         out = func(*args, **kwargs)
         outs = _ops.output_tensors(out)
+        if self.check and v in self._may_recompute and not _ops.makes_uninitialized(func):
+            self._prints[v] = [fingerprint(o) for o in outs]
         sizes = self._check.after(v, outs, tensors)
         del tensors
         for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
@@ -345,6 +361,7 @@ class RecomputeContext:
         self._publish()
         self._held.clear()
         self._calls.clear()
+        self._prints.clear()
         self._phase = "done"
 
     def _out_of_order(self, kind, v):
@@ -398,6 +415,8 @@ class RecomputeContext:
             self._in_hook = False
         sizes = _ops.output_bytes(outs, call.rerun_tensors)
         call.rerun_tensors = None
+        if self.check:
+            self._check_recomputed(v, outs)
         for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
             self._held[v, k] = o
             self._bytes[v, k] = b
@@ -405,6 +424,21 @@ class RecomputeContext:
             self._note("recompute", v, sum(b for b, _ in sizes),
                        range(len(self._check.facts[v].outputs)))
         self._log["recomputed"].append(v)
+
+
+    def _check_recomputed(self, v, outs):
+        """Raise RecomputationError if a recomputed output of `v` differs from the forward's
+        (outputs of ``torch.empty``-like calls hold no values of their own: not compared)."""
+        for k, (before, o) in enumerate(zip(self._prints.get(v, ()), outs)):
+            after = fingerprint(o)
+            if after != before:
+                raise RecomputationError(
+                    f"the recomputation of node {v} ({self._check.name(v)}) differs from its "
+                    f"forward pass in output {k}: {describe_difference(before, after)}. It "
+                    "read an input that changed since the forward pass, or the forward pass "
+                    "wrote into its memory in a way the trace did not record; the plan's "
+                    "gradients would be wrong (please report it, with the model)",
+                    node=v, output=k)
 
 
 def _weak(t):

@@ -71,7 +71,9 @@ class TracedGraph(lowerset.Graph):
     ``absorbed`` (the names of the operations on external arrays dispatched just before it, not
     nodes), and where they apply ``random`` (True), ``mutates`` (argument positions of external
     arrays the call writes: BatchNorm's running statistics), ``hidden`` (the number of
-    arguments, last in the facts, that are values its backward reads without receiving them)
+    arguments, last in the facts, that the call does not receive: first the in-place writes
+    into its arguments' memory made since those arguments, whose values it reads, then values
+    its backward reads)
     and ``pinned`` (why the node is never recomputed).
 
     Attributes
@@ -110,7 +112,7 @@ class _Op:
     __slots__ = ("func", "name", "args", "inputs", "edges", "outputs", "out_bytes", "views",
                  "writes", "mutates", "random", "flops", "time", "node", "pin", "reads",
                  "grads", "gviews", "freed_fwd", "freed_bwd", "dropped_at", "died", "index",
-                 "tracked", "unmatched")
+                 "tracked", "unmatched", "versions")
 
     def __init__(self, func, index):
         self.func, self.name, self.index = func, str(func), index
@@ -123,6 +125,8 @@ class _Op:
         self.freed_fwd, self.freed_bwd, self.dropped_at, self.died = {}, {}, {}, set()
         self.tracked = set()   # outputs whose storage (not an external's) is watched
         self.unmatched = 0     # gradients its backward sent along edges no argument had
+        self.versions = []     # (argument, (node, k)): the latest in-place write into the
+                               # argument's memory since it was made (_note_versions)
 
 
 class _Recorder(TorchDispatchMode):
@@ -141,6 +145,10 @@ class _Recorder(TorchDispatchMode):
         self.finalizers = []
         self.phase, self.in_hook = "forward", False
         self.backward_order, self.unknown_reads, self.window = [], [], None
+        self.last_write = {}   # storage key -> (node, k): the latest in-place write into it
+        self.owner = {}        # storage key -> the node whose output owns that memory
+        self.key_of = {}       # (op index, k) -> storage key of a watched output
+        self.node_op = []      # node id -> op index
 
     # -- forward ---------------------------------------------------------------------------------
 
@@ -155,6 +163,7 @@ class _Recorder(TorchDispatchMode):
         tensors = [leaves[p] for p in _ops.tensor_positions(leaves)]
         for t in tensors:
             self._record_input(op, t)
+        self._note_versions(op, tensors)
         op.writes = _ops.schema_writes(func, args, kwargs)
         copies = self._external_copies(op, tensors)
         out = self._run(op, func, args, kwargs, i)
@@ -166,6 +175,7 @@ class _Recorder(TorchDispatchMode):
         self.ops.append(op)
         self._note_external_writes(op, i, tensors)
         if op.node is not None:
+            self._note_node_writes(op, tensors)
             op.flops = _flops(func, args, kwargs, out, outs, op.views)
             if _writes_into_a_view(op, tensors):
                 # autograd rewrites the base's history (CopySlices): the backward of this call
@@ -234,12 +244,16 @@ class _Recorder(TorchDispatchMode):
             return
         v = op.node = self.n_nodes
         self.n_nodes += 1
+        self.node_op.append(i)
         if op.random and kwargs.get("generator") is not None:
             op.pin = "draws from a generator passed to it, which the executor does not restore"
         for k, o in enumerate(outs):
             key = _ops.storage_key(o)
             if key is not None and key not in self.ext_storages:  # memory of the step's own
                 op.tracked.add(k)
+                self.key_of[i, k] = key
+                if op.views[k] < 0:
+                    self.owner[key] = v
                 self.finalizers.append(weakref.finalize(o.untyped_storage(), self._freed, i, k))
             self.finalizers.append(weakref.finalize(o, self._dropped, i, k))
             self.value_of[o] = ("n", v, k)
@@ -268,6 +282,39 @@ class _Recorder(TorchDispatchMode):
             if op.args[p][0] < 0 and op.node is not None:
                 self.ext_readers.setdefault(key, []).append(i)
 
+    def _note_versions(self, op, tensors):
+        """Add to ``op.versions`` the latest in-place write into the memory of each argument
+        made since the argument itself (``buf[:, 1:] = x`` writes through a view; a later
+        ``buf.masked_fill_(...)`` reads the written values through ``buf``, whose own node
+        is older than the write). The facts list them as arguments of the call, read by its
+        backward where the argument is, so that a recomputation of the argument for either
+        replays the writes first (:func:`lowerset.scheduling.inplace_groups`)."""
+        for p, ((u, _), t) in enumerate(zip(op.args, tensors)):
+            if u < 0:
+                continue
+            w = self.last_write.get(_ops.storage_key(t))
+            if w is not None and w[0] > u:
+                op.versions.append((p, w))
+
+    def _note_node_writes(self, op, tensors):
+        """Record the in-place writes of node `op` into memory of the step's own; a write into
+        an argument the call does not return pins the call and the memory's owner (the write
+        is not one the facts can tie to the buffer)."""
+        for p in sorted(op.writes):
+            if p >= len(tensors) or op.args[p][0] < 0:
+                continue
+            key = _ops.storage_key(tensors[p])
+            ks = [k for k, q in enumerate(op.views) if q == p]
+            if ks:
+                self.last_write[key] = (op.node, ks[0])
+                continue
+            why = "writes in place into an argument it does not return"
+            op.pin = op.pin or why
+            owner = self.owner.get(key)
+            if owner is not None and self.ops[self.node_op[owner]].pin is None:
+                self.ops[self.node_op[owner]].pin = (f"operation {op.index} ({op.name}) {why} "
+                                                     "into its memory")
+
     def _resolve_pending(self):
         """Map the autograd node of each finished call's outputs to the call (the outputs'
         ``grad_fn`` is set once the call has returned through autograd)."""
@@ -287,6 +334,10 @@ class _Recorder(TorchDispatchMode):
     def _freed(self, i, k):
         """The storage of output k of operation i is freed (the plain step frees it here)."""
         op = self.ops[i]
+        key = self.key_of.pop((i, k), None)
+        if key is not None:   # the address may hold another tensor from now on
+            self.last_write.pop(key, None)
+            self.owner.pop(key, None)
         if self.phase == "backward":
             op.freed_bwd[k] = max(0, len(self.backward_order) - 1)
         elif self.phase in ("forward", "between"):
@@ -590,12 +641,11 @@ def _check_loss(loss, rec):
 
 def _clear_grads(rec):
     """Set the parameters' gradients to None for the trace's backward pass; return the old
-    ones to put back."""
+    ones (None included) to put back."""
     saved = {}
     for t in rec.params:
-        if t.grad is not None:
-            saved[t] = t.grad
-            t.grad = None
+        saved[t] = t.grad
+        t.grad = None
     return saved
 
 

@@ -14,7 +14,7 @@ from .executor import RecomputeContext
 __all__ = ["verify", "VerifyReport", "VerificationError"]
 
 
-def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
+def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, check=True):
     """Run `step` once plainly and once under ``RecomputeContext(strategy)`` from the same
     state, and compare the loss, the parameters' gradients and the buffers bitwise.
 
@@ -47,6 +47,11 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
     raise_on_mismatch : bool
         Raise :class:`VerificationError` (an ``AssertionError``) instead of returning a report
         that is not ok.
+    check : bool
+        Run the planned step with ``RecomputeContext(check=True)``: each recomputed value is
+        compared with a fingerprint of the value its operation made in the forward pass, and
+        the first difference raises :class:`~torch_ext.RecomputationError`, naming the
+        operation (where the gradients would only show that something differs).
 
     Returns
     -------
@@ -65,6 +70,9 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
         the types above.
     StrategyMismatchError
         If the step does not match the strategy's graph (from the context).
+    RecomputationError
+        With `check`, if a recomputed value differs from the forward pass's (from the
+        context); the model is put back as it was first.
 
     Examples
     --------
@@ -72,7 +80,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
     >>> report.ok, report.first_mismatch, report.max_abs_diff, report.events_equal  # doctest: +SKIP
     (True, None, 0.0, True)
     """
-    ctx = RecomputeContext(strategy, record=True, model=model)
+    ctx = RecomputeContext(strategy, record=True, model=model, check=check)
     state = _State(model, params)
     state.save_start()
     try:

@@ -149,6 +149,9 @@ def test_gradients_are_put_back_and_errors():
     grads = [p.grad.clone() for p in m.parameters()]
     torch_ext.trace(lambda: F.cross_entropy(m(x), t), model=m)
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, m.parameters()))
+    m.zero_grad(set_to_none=True)
+    torch_ext.trace(lambda: F.cross_entropy(m(x), t), model=m)
+    assert all(p.grad is None for p in m.parameters())   # None stays None
     with pytest.raises(TraceError, match="one element"):
         torch_ext.trace(lambda: m(x))
     with pytest.raises(TraceError, match="no gradient"):
