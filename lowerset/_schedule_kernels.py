@@ -389,10 +389,11 @@ def _new(bsize, brefs, nb, nbytes):
 def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, out_bytes,
          out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
          grad_out, fpeak, bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-         efree_idx):
+         efree_idx, gs_target, gs_bytes, gs_arrivals):
     """Pass 3: bytes in use after each event and at each event's highest point.
 
-    :func:`fold_run` over the events from :func:`fold_start`, with the resident bytes added.
+    :func:`fold_run` over the events from :func:`fold_start` (with the gradients that exist
+    at the start, `gs_target`, `gs_bytes`, `gs_arrivals`), with the resident bytes added.
 
     Returns
     -------
@@ -400,7 +401,8 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
         Bytes in use (resident included) after each event and at its highest point.
     """
     ws = np.empty(0, dtype=np.int64)
-    st, _ = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]], ws, 0)
+    st, _ = fold_start(n_out, n_targets, state.shape[0], arg_ptr[state.shape[0]], gs_target,
+                       gs_bytes, gs_arrivals, sum_inplace, ws, 0)
     st, timeline, highs, _ = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
                                       out_view, state, stoch, arg_ptr, arg_target, arg_size,
                                       arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
@@ -419,20 +421,37 @@ def _fold_cap(n_out, n, n_args, n_ext):
 
 
 @njit(cache=True)
-def fold_start(n_out, n_targets, n, n_args, ws, top):
-    """The state of a fold before the first event: no buffer in use (its arrays from the
-    arena `ws` at `top`, see the module docstring).
+def fold_start(n_out, n_targets, n, n_args, gs_target, gs_bytes, gs_arrivals, sum_inplace, ws,
+               top):
+    """The state of a fold before the first event (its arrays from the arena `ws` at `top`,
+    see the module docstring): no buffer in use but the gradients that exist when the step
+    starts, which the resident bytes count (so the bytes in use start at 0).
+
+    Parameters
+    ----------
+    n_out, n_targets, n, n_args : int
+        Outputs, gradient targets (outputs, then externals), nodes, arguments.
+    gs_target, gs_bytes, gs_arrivals : ndarray of int64, shape (#gradients at start,)
+        Per gradient that exists at the start (``ExecutionFacts.grads_at_start``): its target,
+        its bytes, and how many gradients the backward pass sums into that target.
+    sum_inplace : bool
+        With False (Chainer) each is its target's pending gradient; with True (PyTorch) each
+        waits apart (``gacc``) while the arrivals gather in the pending gradient, and takes
+        them in after the last (:func:`fold_run`).
+    ws, top : the arena and its first free index.
 
     Returns
     -------
-    st : tuple of 9 ndarray of int64
-        ``(bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf)``: per buffer its bytes and
-        references (shape (capacity,)); the buffer of each output (shape (n_out,)) and state
-        (shape (n,)), -1 when not held, -2 for a view of an external array; the pending
-        gradient of each target (shape (n_targets,)); the output gradients a backward is using
-        (shape (n_out,)); the argument gradients of one backward (shape (max(1, n_args),));
-        ``scal = [bytes in use, buffers made]`` (shape (2,)); the buffer of each external
-        array made in the step, -1 when not held (shape (n_targets - n_out,)).
+    st : tuple of 11 ndarray of int64
+        ``(bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left)``: per buffer its
+        bytes and references (shape (capacity,)); the buffer of each output (shape (n_out,))
+        and state (shape (n,)), -1 when not held, -2 for a view of an external array; the
+        pending gradient of each target (shape (n_targets,)); the output gradients a backward
+        is using (shape (n_out,)); the argument gradients of one backward (shape (max(1,
+        n_args),)); ``scal = [bytes in use, buffers made]`` (shape (2,)); the buffer of each
+        external array made in the step, -1 when not held (shape (n_targets - n_out,)); per
+        target, the gradient that existed at the start while it waits for the arrivals, -1
+        when none waits, and the arrivals still to come (shape (n_targets,) each).
     top : int
         The arena's first free index after them.
     """
@@ -447,7 +466,17 @@ def fold_start(n_out, n_targets, n, n_args, ws, top):
     gx, top = _take(ws, top, max(1, n_args))
     scal, top = _filled(ws, top, 2, 0)
     ebuf, top = _filled(ws, top, n_ext, -1)
-    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), top
+    gacc, top = _filled(ws, top, n_targets, -1)
+    left, top = _filled(ws, top, n_targets, 0)
+    for i in range(gs_target.shape[0]):  # resident: allocated, not counted in use
+        t = gs_target[i]
+        if sum_inplace:
+            gacc[t] = _new(bsize, brefs, i, gs_bytes[i])
+            left[t] = gs_arrivals[i]
+        else:
+            pend[t] = _new(bsize, brefs, i, gs_bytes[i])
+    scal[1] = gs_target.shape[0]
+    return (bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left), top
 
 
 @njit(cache=True)
@@ -456,7 +485,7 @@ def fold_compact(st, cap):
     table of `cap` entries (at least ``k``), and every reference follows; the bytes in use do
     not change. A fold that runs for long (a runtime cache's replays make new buffers without
     end) keeps its state small with it."""
-    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf = st
+    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left = st
     nb = scal[1]
     new_id = np.full(nb, -1, dtype=np.int64)
     live = 0
@@ -472,12 +501,12 @@ def fold_compact(st, cap):
             size2[k] = bsize[b]
             refs2[k] = brefs[b]
             k += 1
-    for arr in (val, sbuf, pend, gy, ebuf):
+    for arr in (val, sbuf, pend, gy, ebuf, gacc):
         for i in range(arr.shape[0]):
             if arr[i] >= 0:
                 arr[i] = new_id[arr[i]]
     scal[1] = k
-    return (size2, refs2, val, sbuf, pend, gy, gx, scal, ebuf)
+    return (size2, refs2, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left)
 
 
 @njit(cache=True)
@@ -505,7 +534,8 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
                                       bpeak, sum_inplace, ext_bytes, made_ptr, made_idx,
                                       efree_ptr, efree_idx, ws, 0)
     copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
-            st[5].copy(), st[6].copy(), st[7].copy(), st[8].copy())
+            st[5].copy(), st[6].copy(), st[7].copy(), st[8].copy(), st[9].copy(),
+            st[10].copy())
     copy, last, last_high, _ = fold_run(copy, kind[n - 1:], node[n - 1:], nbytes[n - 1:],
                                         optr[n - 1:], oidx, out_ptr, out_bytes, out_view, state,
                                         stoch, arg_ptr, arg_target, arg_size, arg_gsize,
@@ -537,7 +567,10 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     more than one gradient gets one new array; with it True (PyTorch) the output gradients are
     released first, then each arriving gradient is added into the pending one if no other array
     shares that buffer, else the pending one into the arriving one if none shares that, else
-    both into a new array. The initial gradient of a seed is also held by the caller for the
+    both into a new array. A target whose gradient existed when the step started
+    (:func:`fold_start`) takes, after the backward that brings its last arrival, the pending
+    gradient into that one in place (PyTorch's AccumulateGrad once its input buffer is
+    complete); the pending one is released. The initial gradient of a seed is also held by the caller for the
     whole step. A FORWARD of node ``v`` first allocates the external arrays made in the step
     before it (``made_idx[made_ptr[v]:made_ptr[v+1]]``, ``ext_bytes`` each; its start level
     includes them) and, after its highest point, frees those freed after it (``efree_idx``
@@ -559,7 +592,7 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
         docstring).
     """
     n_ev = kind.shape[0]
-    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf = st
+    bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left = st
     used = scal[0]
     nb = scal[1]
     cap = bsize.shape[0]
@@ -652,7 +685,7 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
                     used -= _unref(bsize, brefs, gy[o])
                     gy[o] = -1
                 used, high, nb = _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx,
-                                              pend, bsize, brefs, nb, used, high)
+                                              pend, bsize, brefs, nb, used, high, gacc, left)
             else:
                 used, high, nb = _sum_new(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend,
                                           bsize, brefs, nb, used, high)
@@ -669,8 +702,8 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
             break
     scal[0] = used
     scal[1] = nb
-    return ((bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf), timeline[:n_ev], highs[:n_ev],
-            top)
+    return ((bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left), timeline[:n_ev],
+            highs[:n_ev], top)
 
 
 @njit(cache=True)
@@ -732,14 +765,17 @@ def _sum_new(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend, bsize, brefs,
 
 @njit(cache=True)
 def _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend, bsize, brefs, nb, used,
-                 high):
+                 high, gacc, left):
     """The gradient sums of node `v`'s backward, PyTorch's way (see :func:`fold`): each
-    argument's gradient in order joins its target's pending gradient. Return the bytes in use,
-    the highest level reached and the next buffer id."""
+    argument's gradient in order joins its target's pending gradient; then a target whose
+    gradient existed at the start and got its last arrival adds the pending one into it.
+    Return the bytes in use, the highest level reached and the next buffer id."""
     for a in range(arg_ptr[v], arg_ptr[v + 1]):
         if not arg_grad[a]:
             continue
         t = arg_target[a]
+        if gacc[t] >= 0:
+            left[t] -= 1
         g = gx[a]
         old = pend[t]
         if old < 0:
@@ -757,6 +793,12 @@ def _sum_inplace(v, arg_ptr, arg_grad, arg_target, arg_size, gx, pend, bsize, br
                 high = used
             used -= _unref(bsize, brefs, old)
             used -= _unref(bsize, brefs, g)
+    for a in range(arg_ptr[v], arg_ptr[v + 1]):  # AccumulateGrad, after the node's backward
+        t = arg_target[a]
+        if arg_grad[a] and gacc[t] >= 0 and left[t] == 0:
+            used -= _unref(bsize, brefs, pend[t])
+            pend[t] = gacc[t]
+            gacc[t] = -1
     return used, high, nb
 
 
@@ -783,8 +825,8 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                   rout_ptr, rout_idx, n_out, n_targets, resident, out_ptr, out_node, out_bytes,
                   out_view, arg_out, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
                   returned, held, seed, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
-                  made_ptr, made_idx, efree_ptr, efree_idx, cost, ws, cost_cap=NO_STOP,
-                  peak_cap=NO_STOP):
+                  made_ptr, made_idx, efree_ptr, efree_idx, gs_target, gs_bytes, gs_arrivals,
+                  cost, ws, cost_cap=NO_STOP, peak_cap=NO_STOP):
     """The peak (bytes, resident included) and the recomputation cost (cost units) of the
     schedule that drops `dropped`: the three passes and the fold, in one call that releases
     the GIL (a local search evaluates moves on several threads), its arrays from the arena
@@ -815,7 +857,8 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                                                       n_out, fpos, out_ptr, out_node,
                                                       out_bytes, state, stoch, seed, grad_out,
                                                       ws, top)
-    st, top = fold_start(n_out, n_targets, fwd.shape[0], arg_ptr[fwd.shape[0]], ws, top)
+    st, top = fold_start(n_out, n_targets, fwd.shape[0], arg_ptr[fwd.shape[0]], gs_target,
+                         gs_bytes, gs_arrivals, sum_inplace, ws, top)
     st, timeline, highs, top = fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes,
                                         out_view, state, stoch, arg_ptr, arg_target, arg_size,
                                         arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,

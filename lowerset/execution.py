@@ -181,6 +181,20 @@ class ExecutionFacts:
         into a new array (Chainer, ``lazy_grad_sum=False``); ``"inplace"`` into the pending
         gradient when no other array shares its buffer, else into the arriving one when none
         shares that, else into a new array (PyTorch's autograd input buffers).
+    grads_at_start : tuple of int
+        External arrays whose gradient exists when the step starts (gradient accumulation:
+        several micro-batches before ``optimizer.step()``, or PyTorch's
+        ``zero_grad(set_to_none=False)``); empty when every gradient is made in the step.
+        Each is a parameter (kind "param", made before the step) that is its own gradient
+        target (:meth:`external_target`). Its gradient (:meth:`external_size` bytes) is
+        resident. A gradient arriving for it is summed into it as `grad_sum` says: with
+        "new" it is the target's pending gradient from the start, so the first arrival and it
+        make a new array and it is released (Chainer's backward loads the existing gradient
+        and sums); with "inplace" the arrivals gather in the target's pending gradient as
+        usual, and after the last one of the step (the backward call that brings it) that
+        one is added into the existing gradient in place and released (PyTorch's
+        AccumulateGrad runs once every gradient for the parameter has reached its input
+        buffer, then adds the buffer into ``.grad``).
 
     Raises
     ------
@@ -203,13 +217,15 @@ class ExecutionFacts:
     external_bases: tuple = ()
     external_made: tuple = ()
     external_free_after: tuple = ()
+    grads_at_start: tuple = ()
 
     @property
     def resident(self):
-        """Bytes of the external arrays made before the step (parameters and inputs), resident
-        during it."""
+        """Bytes allocated before the step, resident during it: the external arrays made
+        before it (parameters and inputs) and the gradients in `grads_at_start`."""
         made = self.external_made or (-1,) * len(self.externals)
-        return sum(b for (_, b), m in zip(self.externals, made) if m < 0)
+        return (sum(b for (_, b), m in zip(self.externals, made) if m < 0)
+                + sum(self.external_size(e) for e in self.grads_at_start))
 
     def check(self, graph):
         """Raise GraphError naming the first fact that does not fit `graph`."""
@@ -262,6 +278,7 @@ class ExecutionFacts:
                              f"entries, each -1 or the index of an earlier external, got "
                              f"{bases!r}")
         self._check_made(graph, pos)
+        self._check_grads_at_start()
 
     def _check_made(self, graph, pos):
         """Raise GraphError unless `external_made` and `external_free_after` fit: -1 or forward
@@ -284,6 +301,32 @@ class ExecutionFacts:
                     raise GraphError(f"node {graph.labels[v]!r} reads external {~s} at forward "
                                      f"position {pos[v]}, outside its lifetime "
                                      f"({made[~s]}..{freed[~s]})")
+
+    def _check_grads_at_start(self):
+        """Raise GraphError unless every entry of `grads_at_start` names, once, a parameter
+        made before the step that is its own gradient target."""
+        seen = set()
+        for e in self.grads_at_start:
+            if not _nonneg(e) or e >= len(self.externals):
+                raise GraphError(f"grads_at_start entry {e!r} is not the index of an external "
+                                 f"array (0..{len(self.externals) - 1})")
+            why = "it repeats" if e in seen else self._no_grad_at_start(e)
+            if why:
+                raise GraphError(f"grads_at_start entry {e}: {why}; a gradient that exists "
+                                 "when the step starts belongs to a parameter made before it "
+                                 "that is its own gradient target")
+            seen.add(e)
+
+    def _no_grad_at_start(self, e):
+        """Why external `e` cannot have a gradient when the step starts, or None."""
+        if self.externals[e][0] != "param":
+            return f"it is an external of kind {self.externals[e][0]!r}, not a parameter"
+        if self.external_made and self.external_made[e] >= 0:
+            return f"it is made during the step (external_made {self.external_made[e]})"
+        if self.external_target(e) != e:
+            return (f"its gradient is summed into external {self.external_target(e)}'s "
+                    "(external_bases): name that one")
+        return None
 
     def external_target(self, e):
         """The external array whose gradient external `e`'s gradient is summed into (itself,
@@ -314,7 +357,7 @@ class ExecutionFacts:
                 tuple((labels[v], k) for v, k in self.returned),
                 tuple((labels[v], k) for v, k in self.seeds), self.grad_sum,
                 self.external_sizes, self.external_bases, self.external_made,
-                self.external_free_after)
+                self.external_free_after, self.grads_at_start)
 
     def to_dict(self):
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -328,7 +371,8 @@ class ExecutionFacts:
                 "external_sizes": list(self.external_sizes),
                 "external_bases": list(self.external_bases),
                 "external_made": list(self.external_made),
-                "external_free_after": list(self.external_free_after)}
+                "external_free_after": list(self.external_free_after),
+                "grads_at_start": list(self.grads_at_start)}
 
     @classmethod
     def from_dict(cls, d):
@@ -343,7 +387,8 @@ class ExecutionFacts:
                    external_sizes=tuple(d.get("external_sizes", ())),
                    external_bases=tuple(d.get("external_bases", ())),
                    external_made=tuple(d.get("external_made", ())),
-                   external_free_after=tuple(d.get("external_free_after", ())))
+                   external_free_after=tuple(d.get("external_free_after", ())),
+                   grads_at_start=tuple(d.get("grads_at_start", ())))
 
 
 def default_facts(graph):
@@ -403,9 +448,10 @@ def activation_facts(facts):
     -------
     ExecutionFacts
         The same facts with ``forward_peak`` and ``backward_peak`` 0, no gradient returned for
-        an external array (``grad_args`` False where the argument is external) and parameters
-        of 0 bytes. Facts without externals or workspace (:func:`default_facts`) come back
-        equal.
+        an external array (``grad_args`` False where the argument is external), parameters
+        of 0 bytes and no gradient at the start (``grads_at_start`` empty: parameters'
+        gradients are not activations). Facts without externals or workspace
+        (:func:`default_facts`) come back equal.
 
     Examples
     --------
@@ -426,7 +472,8 @@ def activation_facts(facts):
     externals = tuple((kind, 0 if kind == "param" else b) for kind, b in facts.externals)
     sizes = tuple(0 if kind == "param" else b
                   for (kind, _), b in zip(facts.externals, facts.external_sizes))
-    return replace(facts, nodes=nodes, externals=externals, external_sizes=sizes)
+    return replace(facts, nodes=nodes, externals=externals, external_sizes=sizes,
+                   grads_at_start=())
 
 
 def _check_node(graph, v, nf, facts):

@@ -32,7 +32,11 @@ The hooked step then runs in three passes over the graph's :class:`~lowerset.Exe
    the sums' transient arrays) and its measured ``forward_peak``/``backward_peak``.
    Parameters and inputs (``externals``) are resident; an external made during the step
    (``external_made``) is allocated at the start of that forward event and freed at the end
-   of the one ``external_free_after`` names, whatever the plan.
+   of the one ``external_free_after`` names, whatever the plan. Gradients that exist when the
+   step starts (``ExecutionFacts.grads_at_start``: gradient accumulation) are resident too,
+   and the gradients arriving for their parameters are summed into them: at the first
+   arrival into a new array that replaces both (Chainer), or, once the last arrival is in, in
+   place, the pending sum then released (PyTorch's AccumulateGrad).
 
 A plain step (no hook; :func:`schedule` of a :class:`~lowerset.Graph`) has no drops and no
 recomputation; a value is freed where the recorded run freed it (``plain_free_after`` in the
@@ -94,7 +98,8 @@ class MemoryFold:
     highs : ndarray of int64, shape (#events,)
         Bytes in use at each event's highest point (its transient workspace included).
     resident : int
-        Bytes allocated before the step (parameters, inputs).
+        Bytes allocated before the step (parameters, inputs, the gradients that exist at the
+        start).
     peak : int
         ``max(resident, highs.max())``: the step's peak.
     peak_index : int
@@ -149,7 +154,8 @@ class Schedule:
 
     @property
     def resident(self):
-        """Bytes allocated before the step (parameters, inputs)."""
+        """Bytes allocated before the step (parameters, inputs, the gradients that exist at
+        the start: ``ExecutionFacts.grads_at_start``)."""
         return self.fold.resident
 
     @property
@@ -348,7 +354,8 @@ Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_n
                           "out_view returned seed grad_out plain_free state stoch arg_ptr "
                           "arg_node arg_out arg_target arg_size arg_gsize arg_grad arg_gview "
                           "rarg_ptr rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd "
-                          "sum_inplace held ext_bytes made_ptr made_idx efree_ptr efree_idx")
+                          "sum_inplace held ext_bytes made_ptr made_idx efree_ptr efree_idx "
+                          "gs_target gs_bytes gs_arrivals")
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
@@ -445,7 +452,20 @@ def _flatten(g):
         made_ptr=_i64([0] + list(np.cumsum([len(x) for x in made_at]))),
         made_idx=_i64([e for x in made_at for e in x]),
         efree_ptr=_i64([0] + list(np.cumsum([len(x) for x in freed_at]))),
-        efree_idx=_i64([e for x in freed_at for e in x]))
+        efree_idx=_i64([e for x in freed_at for e in x]),
+        **_grads_at_start(F, n_out, ran, arg_ptr, arg_grad, _i64(arg_target)))
+
+
+def _grads_at_start(F, n_out, ran, arg_ptr, arg_grad, arg_target):
+    """The Flat arrays of ``F.grads_at_start``: per gradient that exists when the step starts,
+    its target id (``n_out + e``), its bytes and the number of gradients the backward pass sums
+    into that target (the arguments with a gradient of the nodes whose backward runs)."""
+    targets = _i64([n_out + e for e in F.grads_at_start])
+    runs = np.repeat(ran, np.diff(arg_ptr))
+    arrivals = np.bincount(arg_target[runs & arg_grad], minlength=n_out + len(F.externals))
+    return {"gs_target": targets,
+            "gs_bytes": _i64([F.external_size(e) for e in F.grads_at_start]),
+            "gs_arrivals": _i64(arrivals[targets])}
 
 
 # -- the three passes ------------------------------------------------------------------------------
@@ -498,7 +518,8 @@ def _peak_and_cost(g, dropped, cost_cap=None, peak_cap=None):
         f.out_node, f.out_bytes, f.out_view, f.arg_out, f.arg_target, f.arg_size, f.arg_gsize,
         f.arg_grad, f.arg_gview, f.returned, f.held, f.seed, f.grad_out, f.fpeak, f.bpeak,
         f.sum_inplace, f.ext_bytes, f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx,
-        _cost_array(g), ws, _cap(cost_cap), _cap(peak_cap))
+        f.gs_target, f.gs_bytes, f.gs_arrivals, _cost_array(g), ws, _cap(cost_cap),
+        _cap(peak_cap))
     if top > ws.shape[0]:
         _arena(top)   # the next call on this thread takes all it needs from the arena
     return (None if peak < 0 else int(peak)), int(cost)
@@ -637,6 +658,7 @@ class EventFold:
                        f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes, f.made_ptr,
                        f.made_idx, f.efree_ptr, f.efree_idx)
         self._st, _ = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]),
+                                    f.gs_target, f.gs_bytes, f.gs_arrivals, f.sum_inplace,
                                     _no_arena(), 0)
         self._cap = self._st[0].shape[0]
         self._compact_at = self._cap // 2
@@ -676,7 +698,8 @@ def _fold(g, arrays):
                               f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
                               f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
                               f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes,
-                              f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx)
+                              f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx, f.gs_target,
+                              f.gs_bytes, f.gs_arrivals)
     top = int(highs.max()) if highs.size else f.resident
     idx = int(np.argmax(highs)) if highs.size and top > f.resident else -1
     return MemoryFold(timeline=timeline, highs=highs, resident=f.resident,

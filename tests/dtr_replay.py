@@ -13,7 +13,8 @@ bytes included, or raises AssertionError naming the first event that breaks a ru
 
 import numpy as np
 
-from schedule_reference import _backward_grads, _Buffers, _grad_outputs, _written_chain
+from schedule_reference import (_backward_grads, _Buffers, _grad_outputs, _grads_at_start,
+                                _written_chain)
 
 
 def replay(s):
@@ -38,7 +39,7 @@ class _State:
         self.F = g.facts
         self.mem = _Buffers()
         self.val, self.state = {}, {}          # (node, k) -> buffer, node -> buffer
-        self.pending, self.popped = {}, {}
+        self.pending, self.popped = _grads_at_start(g, self.mem), {}
         self.forwards, self.backwards = [], []
         self.frozen = _frozen(self.F)
         self.returned = set(self.F.returned)

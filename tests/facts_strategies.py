@@ -7,12 +7,14 @@ arguments and outputs or none, arguments that get no gradient, outputs and gradi
 views, external arrays that are views of others (their gradients summed into the base's),
 edges that carry no array, in-place writes, arrays the step's code holds past their last use,
 gradients smaller than their arrays (broadcasts), external arrays made and freed during the
-step (with ``made_externals=True``),
-saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees in either pass,
+step (with ``made_externals=True``), parameters whose gradient exists when the step starts
+(gradient accumulation), saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees in either pass,
 a random subset of nodes whose backward runs (in a random order with consumers first), several
 returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
 """
+
+import dataclasses
 
 import hypothesis.strategies as st
 
@@ -20,10 +22,12 @@ import lowerset as ls
 
 
 @st.composite
-def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40, made_externals=False):
+def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40, made_externals=False,
+                      grads_at_start=None):
     """Draw a :class:`lowerset.Graph` whose nodes 0..n-1 carry random :class:`ExecutionFacts`;
     with `made_externals`, some external arrays are made and freed during the step
-    (``external_made``, ``external_free_after``)."""
+    (``external_made``, ``external_free_after``); `grads_at_start` None: some parameters'
+    gradients exist at the start, sometimes; True: wherever a parameter can have one."""
     n = draw(st.integers(min_nodes, max_nodes), label="n")
     n_ext = draw(st.integers(0, 3), label="externals")
     externals = tuple((draw(st.sampled_from(ls.EXTERNAL_KINDS)), draw(st.integers(0, max_bytes)))
@@ -95,9 +99,23 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40, made_externa
                                   *[st.sampled_from([-1] + list(range(e)))
                                     for e in range(n_ext)]))),
                               external_made=made, external_free_after=freed)
+    facts = dataclasses.replace(facts, grads_at_start=draw(_grads_at_start(facts,
+                                                                         grads_at_start)))
     cost = {v: draw(st.integers(1, 5)) for v in range(n)}
     memory = {v: sum(outs[v]) + nodes[v].state for v in range(n)}
     return ls.Graph(list(range(n)), sorted(edges), cost, memory, facts=facts)
+
+
+def _grads_at_start(facts, always):
+    """``grads_at_start``: empty, or a subset of the parameters made before the step that are
+    their own gradient targets (gradient accumulation), not empty where `always` is True."""
+    made = facts.external_made or (-1,) * len(facts.externals)
+    able = [e for e, (kind, _) in enumerate(facts.externals)
+            if kind == "param" and made[e] < 0 and facts.external_target(e) == e]
+    if not able:
+        return st.just(())
+    some = st.lists(st.sampled_from(able), min_size=1, unique=True).map(tuple)
+    return some if always else st.one_of(st.just(()), some)
 
 
 def _backward_frees(freed, v, args, bpos):

@@ -316,7 +316,7 @@ def _fold(g, events):
     F = g.facts
     mem = _Buffers()
     val, state = {}, {}          # (node, k) -> buffer; node -> buffer
-    pending = {}                 # gradient target -> buffer: ("n", node, k) or ("e", ext)
+    pending = _grads_at_start(g, mem)  # gradient target -> buffer: ("n", node, k), ("e", ext)
     popped = {}                  # node -> {k: buffer} of the output gradients being used
     grad_outputs = _grad_outputs(g)
     timeline = np.zeros(len(events), dtype=np.int64)
@@ -369,6 +369,27 @@ def _fold(g, events):
     return timeline + F.resident, highs + F.resident
 
 
+def _grads_at_start(g, mem):
+    """The pending gradients when the step starts (``F.grads_at_start``), made in `mem` but not
+    counted in its bytes in use (they are resident). With grad_sum "new" each is its target's
+    pending gradient; with "inplace" it waits under the key ("start", ext) as [buffer, the
+    gradients still to arrive for it in the backward pass], and takes in the pending sum after
+    the last (:func:`_sum_inplace`)."""
+    F = g.facts
+    pending = {}
+    for e in F.grads_at_start:
+        b = mem.new(F.external_size(e))
+        if F.grad_sum == "new":
+            pending["e", e] = b
+            continue
+        arrivals = sum(1 for w in F.backward_order
+                       for (s, _), gives in zip(F.nodes[w].args, F.nodes[w].grad_args)
+                       if gives and s < 0 and F.external_target(~s) == e)
+        pending["start", e] = [b, arrivals]
+    mem.used = 0
+    return pending
+
+
 def _backward_grads(F, v, nf, mem, pending, gy):
     """Allocate node v's input gradients and sum them into the pending ones (in argument
     order, as Chainer's backprop_step does); return the highest bytes in use meanwhile."""
@@ -405,9 +426,13 @@ def _sum_inplace(mem, pending, gy, flat, high):
     """PyTorch's sums: the output gradients are released, then each argument's gradient, in
     argument order, joins its target: added into the pending one if nothing else refers to its
     buffer, else the pending one into it if nothing else refers to that, else both into a new
-    array."""
+    array. Then each parameter whose gradient existed at the start and whose last gradient
+    has arrived adds the pending one into that (released: AccumulateGrad's in-place add)."""
     for k in list(gy):
         mem.unref(gy.pop(k))
+    for target, _, _ in flat:
+        if target[0] == "e" and ("start", target[1]) in pending:
+            pending["start", target[1]][1] -= 1
     for target, size, b in flat:
         old = pending.get(target)
         if old is None:
@@ -422,4 +447,9 @@ def _sum_inplace(mem, pending, gy, flat, high):
             high = max(high, mem.used)
             mem.unref(old)
             mem.unref(b)
+    for target, _, _ in flat:
+        start = pending.get(("start", target[1])) if target[0] == "e" else None
+        if start is not None and start[1] == 0:
+            mem.unref(pending[target])
+            pending[target] = pending.pop(("start", target[1]))[0]
     return high

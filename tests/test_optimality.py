@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
@@ -60,6 +60,15 @@ def test_canonical_is_the_exhaustive_optimum_on_random_dags(g, fraction):
 def test_canonical_is_the_exhaustive_optimum_with_random_facts(g, fraction):
     """Views, in-place writes, state (stochastic or not), pinned nodes, workspace, held
     outputs, several outputs and seeds, both ways of summing gradients."""
+    check_against_exhaustive(g, fraction)
+
+
+@settings(max_examples=examples(0.3), deadline=None)
+@given(graphs_with_facts(max_nodes=7, grads_at_start=True), st.floats(0, 1))
+def test_canonical_is_the_exhaustive_optimum_with_gradients_at_start(g, fraction):
+    """Gradient accumulation (``grads_at_start``): the models take the gradients' bytes from
+    the schedule's own fold, so the resident gradients and their sums count as it counts them."""
+    assume(g.facts.grads_at_start)
     check_against_exhaustive(g, fraction)
 
 

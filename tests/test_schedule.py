@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
@@ -102,6 +102,43 @@ class TestHandComputed:
         assert [(e.kind, e.node) for e in a.events] == _kinds(s)
         assert a.timeline.tolist() == [12, 12, 12, 16, 20, 28, 28, 20, 20, 20, 20, 12]
         assert a.fold.highs.tolist()[0] == 12 and a.peak == 28 and a.resident == 4
+
+    def test_gradients_that_exist_at_the_start(self):
+        # a parameter W (16 bytes) read by both nodes, with its gradient G (16) allocated
+        # before the step (gradient accumulation); the input x (4) reads no gradient
+        nodes = [dict(outputs=(4,), args=((-1, 0), (-2, 0)), reads_args=(0, 1),
+                      grad_args=(False, True), output_views=(-1,), grad_views=(-1, -1),
+                      plain_free_after=(-1,)),
+                 dict(outputs=(4,), args=((0, 0), (-2, 0)), reads_args=(0, 1),
+                      grad_args=(True, True), output_views=(-1,), grad_views=(-1, -1),
+                      plain_free_after=(-1,))]
+        ext = (("input", 4), ("param", 16))
+        kinds = [("forward", 0), ("forward", 1), ("seed_grad", 1), ("backward", 1),
+                 ("free_grad", 1), ("free_value", 0), ("backward", 0), ("free_grad", 0)]
+        def keep_all(**kw):
+            return ls.schedule(ls.CanonicalStrategy(_graph(nodes, ext, returned=((1, 0),),
+                                                           **kw), [{0, 1}]))
+
+        s = keep_all(grad_sum="inplace", grads_at_start=(1,))
+        assert _kinds(s) == kinds and s.resident == 4 + 16 + 16
+        # PyTorch: backward 1's gradient for W (16) waits in the input buffer beside G until
+        # backward 0 brings the last one (16 more), which is added into it (freed), then the
+        # buffer is added into G (freed): 44 = resident + value 1 + the seed
+        assert s.timeline.tolist() == [40, 44, 48, 68, 68, 64, 44, 44]
+        assert s.fold.highs.tolist() == [40, 44, 48, 68, 68, 64, 80, 44] and s.peak == 80
+        # without G the gradients of W are summed the same way and the last sum is W's
+        # gradient: 16 bytes less at every point up to backward 0, whose peak is 64
+        plain = keep_all(grad_sum="inplace")
+        assert plain.timeline.tolist() == [24, 28, 32, 52, 52, 48, 44, 44] and plain.peak == 64
+        # Chainer: G is W's pending gradient, so each arrival makes a new sum (16) with it,
+        # and the two are released
+        c = keep_all(grad_sum="new", grads_at_start=(1,))
+        assert _kinds(c) == kinds and c.resident == 36
+        assert c.timeline.tolist() == [40, 44, 48, 52, 52, 48, 48, 44]
+        assert c.fold.highs.tolist() == [40, 44, 48, 84, 52, 48, 80, 44] and c.peak == 84
+        # the paper's activation memory leaves parameter gradients out
+        a = ls.activation_facts(c.graph.facts)
+        assert a.grads_at_start == () and a.resident == 4
 
     def test_multi_output_freed_per_output(self):
         g = _graph([
@@ -296,13 +333,27 @@ class TestHandComputed:
 @given(st.data())
 def test_kernels_equal_the_naive_schedule(data):
     g = data.draw(graphs_with_facts(made_externals=True), label="graph")
-    s = data.draw(canonical_strategies(g), label="strategy")
+    _check_against_reference(g, data.draw(canonical_strategies(g), label="strategy"))
+
+
+@settings(max_examples=examples(1), deadline=None)
+@given(st.data())
+def test_kernels_equal_the_naive_schedule_with_gradients_at_start(data):
+    g = data.draw(graphs_with_facts(made_externals=True, grads_at_start=True), label="graph")
+    assume(g.facts.grads_at_start)
+    _check_against_reference(g, data.draw(canonical_strategies(g), label="strategy"))
+
+
+def _check_against_reference(g, s):
+    """The kernels' events, timeline and highs of `s` and of the plain step equal the naive
+    reference's (tests/schedule_reference.py)."""
     for plan in (s, g):
         evs, timeline, highs = reference_events(plan)
         got = ls.schedule(plan)
         assert list(got.events) == evs
         assert got.timeline.tolist() == timeline.tolist()
         assert got.fold.highs.tolist() == highs.tolist()
+        assert got.resident == g.facts.resident
 
 
 @settings(max_examples=examples(1), deadline=None)
@@ -384,6 +435,30 @@ def test_facts_that_do_not_fit_raise(bad, match):
     kw.update(bad)
     with pytest.raises(ls.GraphError, match=match):
         ls.Graph([0, 1], [(0, 1)], {0: 1, 1: 1}, {0: 4, 1: 4}, facts=ls.ExecutionFacts(**kw))
+
+
+@pytest.mark.parametrize("at, match", [
+    ((4,), r"entry 4 is not the index of an external array \(0..3\)"),
+    ((0,), "external of kind 'input', not a parameter"),
+    ((1, 1), "entry 1: it repeats"),
+    ((2,), r"made during the step \(external_made 0\)"),
+    ((3,), "summed into external 1's"),
+])
+def test_grads_at_start_that_do_not_fit_raise(at, match):
+    # an input, a parameter, one made in the step, a view of the parameter (a transpose)
+    nf = ls.NodeFacts(outputs=(4,), args=((-1, 0), (-3, 0), (-4, 0)), grad_args=(False,) * 3,
+                      output_views=(-1,), grad_views=(-1,) * 3, plain_free_after=(-1,))
+    kw = dict(nodes=(nf,), forward_order=(0,), backward_order=(0,), returned=((0, 0),),
+              externals=(("input", 4), ("param", 8), ("param", 8), ("param", 0)),
+              external_bases=(-1, -1, -1, 1), external_made=(-1, -1, 0, -1),
+              external_free_after=(-1,) * 4)
+    ok = ls.Graph([0], [], {0: 1}, {0: 4}, facts=ls.ExecutionFacts(**kw, grads_at_start=(1,)))
+    assert ok.facts.resident == 4 + 8 + 0 + 8
+    back = ls.ExecutionFacts.from_dict(ok.facts.to_dict())
+    assert back == ok.facts and back.grads_at_start == (1,)
+    assert ok != ls.Graph([0], [], {0: 1}, {0: 4}, facts=ls.ExecutionFacts(**kw))
+    with pytest.raises(ls.GraphError, match=match):
+        ls.Graph([0], [], {0: 1}, {0: 4}, facts=ls.ExecutionFacts(**kw, grads_at_start=at))
 
 
 def test_default_facts_are_the_papers_conservative_model():

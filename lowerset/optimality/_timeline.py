@@ -29,8 +29,10 @@ alive), the resident bytes, the arrays the step makes outside the graph (``exter
 alive as the facts say whatever the plan), the gradients alive there and, at a run, its
 workspace beyond what it allocates (``forward_peak``). Gradients do not depend on the plan: their bytes at each
 backward (its highest point, its workspace included) and between backward steps come from the
-schedule's own fold (:func:`lowerset.scheduling.simulate`) over the gradient events alone. The
-step's initial gradients (``seed_grad``) count from the last forward on.
+schedule's own fold (:func:`lowerset.scheduling.simulate`) over the gradient events alone, which
+also counts the gradients that exist when the step starts (``grads_at_start``: resident, and
+released or summed into as the fold says). The step's initial gradients (``seed_grad``) count
+from the last forward on.
 
 Where the schedule counts more than this model, the model is a relaxation (its peak a lower
 bound): a recomputed value whose previous buffer a view still holds is counted once.
