@@ -570,15 +570,15 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     both into a new array. A target whose gradient existed when the step started
     (:func:`fold_start`) takes, after the backward that brings its last arrival, the pending
     gradient into that one in place (PyTorch's AccumulateGrad once its input buffer is
-    complete); the pending one is released. The initial gradient of a seed is also held by the caller for the
-    whole step. A FORWARD of node ``v`` first allocates the external arrays made in the step
-    before it (``made_idx[made_ptr[v]:made_ptr[v+1]]``, ``ext_bytes`` each; its start level
-    includes them) and, after its highest point, frees those freed after it (``efree_idx``
-    from ``efree_ptr``). An event's highest point is its start level plus the larger of what it
-    allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its duplicates) and its
-    measured peak (`fpeak`, `bpeak`). The fold stops after the first event whose highest point
-    passes `stop` (bytes, resident not included): a search that only needs to know whether a
-    schedule stays within a peak.
+    complete); the pending one is released. The initial gradient of a seed is also held by
+    the caller for the whole step. A FORWARD of node ``v`` first allocates the external arrays
+    made in the step before it (``made_idx[made_ptr[v]:made_ptr[v+1]]``, ``ext_bytes`` each;
+    its start level includes them) and, after its highest point, frees those freed after it
+    (``efree_idx`` from ``efree_ptr``). An event's highest point is its start level plus the
+    larger of what it allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its
+    duplicates) and its measured peak (`fpeak`, `bpeak`). The fold stops after the first event
+    whose highest point passes `stop` (bytes, resident not included): a search that only needs
+    to know whether a schedule stays within a peak.
 
     Returns
     -------

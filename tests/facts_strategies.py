@@ -8,9 +8,9 @@ views, external arrays that are views of others (their gradients summed into the
 edges that carry no array, in-place writes, arrays the step's code holds past their last use,
 gradients smaller than their arrays (broadcasts), external arrays made and freed during the
 step (with ``made_externals=True``), parameters whose gradient exists when the step starts
-(gradient accumulation), saved state (stochastic or not), pinned nodes, workspace peaks, plain-run frees in either pass,
-a random subset of nodes whose backward runs (in a random order with consumers first), several
-returned outputs, either way of summing gradients.
+(gradient accumulation), saved state (stochastic or not), pinned nodes, workspace peaks,
+plain-run frees in either pass, a random subset of nodes whose backward runs (in a random order
+with consumers first), several returned outputs, either way of summing gradients.
 Nodes are listed in forward order.
 """
 
