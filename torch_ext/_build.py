@@ -13,8 +13,10 @@ from .exceptions import TraceError
 __all__ = ["build", "flop_costs"]
 
 
-def build(rec, loss, windows, cost_model, time_unit, device):
-    """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``)."""
+def build(rec, loss, windows, cost_model, time_unit, device, accumulate):
+    """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``):
+    with `accumulate`, every parameter that gets a gradient has one when the step starts
+    (``grads_at_start``)."""
     from .trace import TracedGraph, TARGET_TOTAL_COST
 
     nodes = [op for op in rec.ops if op.node is not None]
@@ -41,6 +43,8 @@ def build(rec, loss, windows, cost_model, time_unit, device):
         returned=tuple(returned), seeds=seeds, grad_sum="inplace",
         external_sizes=tuple(rec.external_sizes),
         external_bases=tuple(rec.external_bases))
+    if accumulate:
+        facts = dataclasses.replace(facts, grads_at_start=_gradient_targets(facts))
     cost, flop_unit, unit = _costs(nodes, cost_model, time_unit, TARGET_TOTAL_COST)
     edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0}
                    | {(u, v) for v, nf in enumerate(facts_nodes) for u in nf.after})
@@ -51,6 +55,18 @@ def build(rec, loss, windows, cost_model, time_unit, device):
                            time_unit=unit, device=device)
     except lowerset.GraphError as e:  # pragma: no cover - a trace bug, reported as such
         raise TraceError(f"the recorded step does not make a valid graph: {e}") from e
+
+
+def _gradient_targets(facts):
+    """The parameters (external ids, sorted) that get a gradient in the backward pass: the
+    targets of the gradients the nodes whose backward runs return for external arguments."""
+    targets = set()
+    for v in facts.backward_order:
+        nf = facts.nodes[v]
+        for (s, _), gives in zip(nf.args, nf.grad_args):
+            if gives and s < 0:
+                targets.add(facts.external_target(~s))
+    return tuple(sorted(e for e in targets if facts.externals[e][0] == "param"))
 
 
 def _absorbed_before(ops):

@@ -28,7 +28,11 @@ The parameters' gradients are set to None before each real step, as ``optimizer.
 does, and put back afterwards (on a GPU they wait on the host meanwhile, so that neither the
 cap nor the measured peak holds them), and so are the random generators' states; the real
 steps update BatchNorm's running statistics as training steps do, unless `model` is given
-(its buffers are put back).
+(its buffers are put back). Where the traced graphs say that gradients exist when the step
+starts (``trace(..., accumulate_grads=True)``: gradient accumulation), each real step starts
+with a zero gradient on every parameter the loss accumulates into, allocated before the
+step is measured (on CUDA under the cap, in its base), and the prediction counts them as
+resident.
 """
 
 import contextlib
@@ -160,6 +164,7 @@ class _CpuCap:
     def run(self, step, limit, resident):
         """Return (fits, measured whole-step peak, None)."""
         gc.collect()
+        _prepare(step)
         measured = peak_memory(step, device="cpu").peak + resident
         return measured <= limit, measured, None
 
@@ -187,6 +192,7 @@ class _CudaCap:
         total = cuda.get_device_properties(dev).total_memory
         gc.collect()
         cuda.empty_cache()
+        _prepare(step)
         base = cuda.memory_allocated(dev)
         cuda.set_per_process_memory_fraction(min(1.0, limit / total), dev)
         cuda.reset_peak_memory_stats(dev)
@@ -202,20 +208,36 @@ class _CudaCap:
         return measured <= limit, measured, None, cuda.max_memory_reserved(dev)
 
 
-def _make_step(loss_fn, b, strategy, params):
-    """One training step at batch b (under `strategy`, or plain when None), the parameters'
-    gradients None before and after."""
-    def step():
+def _make_step(loss_fn, b, strategy, params, with_grads=()):
+    """One training step at batch b (under `strategy`, or plain when None). Before it the
+    parameters' gradients are None or, for those in `with_grads`, zeros, made by its
+    ``prepare()``, which a cap calls before it measures (gradients that exist when the step
+    starts); after it they are None, or, with `with_grads`, left until the next
+    ``prepare()`` (freed inside the measure, memory allocated before it would make the
+    profiler warn)."""
+    def prepare():
         for p in params:
             p.grad = None
+        for p in with_grads:
+            p.grad = torch.zeros_like(p)
+
+    def step():
         ctx = contextlib.nullcontext() if strategy is None else RecomputeContext(strategy)
         with ctx:
             loss = loss_fn(b)
             loss.backward()
         del loss
-        for p in params:
+        for p in () if with_grads else params:
             p.grad = None
+    step.prepare = prepare
     return step
+
+
+def _prepare(step):
+    """Make the gradients `step` starts with (see :func:`_make_step`), if it has any."""
+    prepare = getattr(step, "prepare", None)
+    if prepare is not None:
+        prepare()
 
 
 class _KeepState:
@@ -224,8 +246,8 @@ class _KeepState:
 
     The gradients wait on the host, set to None on the parameters, and go back to each
     parameter's device on exit (the same tensors on the CPU, copies on a GPU): a training step
-    starts without them (``zero_grad``), and kept on the GPU they would sit under the real
-    steps' cap and in the measured base."""
+    starts without them (``zero_grad``) or with zeros of its own (gradient accumulation), and
+    kept on the GPU they would sit under the real steps' cap and in the measured base."""
 
     def __init__(self, params, model):
         self.grads = [(p, None if p.grad is None else p.grad.cpu()) for p in params]
@@ -281,9 +303,9 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     method : {"auto", "exact", "ordered", "approx"}
         For "lowerset" (:func:`lowerset.solve`).
     params : torch.nn.Module or iterable of tensors, optional
-        Whose gradients are set to None before each real step; default `model`'s parameters,
-        else the leaf tensors that the loss of one more forward pass at the smallest traced
-        batch accumulates gradients into.
+        Whose gradients are set to None before each real step (or to zeros, see the module
+        docstring); default `model`'s parameters, else the leaf tensors that the loss of one
+        more forward pass at the smallest traced batch accumulates gradients into.
     model : torch.nn.Module, optional
         The model the step runs: where the trace finds its device (otherwise in `loss_fn`'s
         closure: pass `model` when `loss_fn` reaches the model through another function),
@@ -303,7 +325,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         batches, then a bisection; see :func:`lowerset.batching.search`); None (default): no
         bound.
     **trace_kwargs
-        Passed to :func:`torch_ext.trace` (``cost_model="profile"``, ``measure_memory``).
+        Passed to :func:`torch_ext.trace` (``cost_model="profile"``, ``measure_memory``,
+        ``accumulate_grads=True`` for a step that starts with the gradients allocated).
 
     Returns
     -------
@@ -367,13 +390,25 @@ def _params(params, model, loss_fn, traced):
     return list(params)
 
 
+def _accumulating(params, loss_fn, traced):
+    """The parameters whose gradients exist when a real step starts: none, unless the traced
+    graphs say that gradients exist then (``grads_at_start``); then those of `params` that
+    the loss of one forward pass at the smallest traced batch accumulates into."""
+    if not traced[min(traced)].facts.grads_at_start:
+        return []
+    reached = {id(p) for p in _parameters_of(loss_fn(min(traced)))}
+    return [p for p in params if id(p) in reached]
+
+
 def _search(loss_fn, limit, planner, method, params, traced, max_batch, max_steps, cap,
             model=None):
     """:func:`lowerset.batching.search` with PyTorch's real step (separate so that the device
     is injectable), the gradients, random generators and `model`'s buffers put back after."""
     def run(b, strategy, graph):
-        return cap.run(_make_step(loss_fn, b, strategy, params), limit, graph.facts.resident)
+        return cap.run(_make_step(loss_fn, b, strategy, params, with_grads), limit,
+                       graph.facts.resident)
 
     with _KeepState(params, model):
+        with_grads = _accumulating(params, loss_fn, traced)
         return batching.search(traced, limit, run, planner, method, front=_FRONT,
                                max_batch=max_batch, max_steps=max_steps, device=cap.device)

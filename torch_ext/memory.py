@@ -97,7 +97,12 @@ def peak_memory(fn, *, params=None, device=None):
     -----
     Both figures are relative to the bytes allocated when `fn` starts: gradients that `fn`
     sets to None (``optimizer.zero_grad()``) lower that level when they are freed, so clear
-    them before the call to measure the step alone. The measure is of tensors: memory a
+    them before the call to measure the step alone. Gradients that exist when `fn` starts
+    (gradient accumulation: ``zero_grad(set_to_none=False)``, micro-batches) are part of that
+    level and not of `peak`; a graph traced with ``accumulate_grads=True`` counts them in its
+    resident bytes, so ``plan.schedule.peak - graph.facts.resident`` is what `peak` measures
+    (the gradients added into them in place free their own bytes, and are not in
+    `new_grad_bytes`). The measure is of tensors: memory a
     library allocates outside PyTorch's allocator (oneDNN or MKL scratch on the CPU, cuDNN's
     own workspace calls) is not seen. On the CPU the profiler slows the call down: do not time
     a step while measuring it.

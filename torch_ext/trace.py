@@ -495,7 +495,7 @@ def _median_time(func, args, kwargs, extra, first):
 
 
 def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory=True,
-          model=None):
+          model=None, accumulate_grads=False):
     """Run one training step and record it as a :class:`TracedGraph`.
 
     `step()` runs the forward pass and returns the loss; the trace then runs
@@ -524,6 +524,15 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     model : torch.nn.Module, optional
         The model the step runs; a ``torch.compile``d module raises :class:`TraceError` (the
         step's closure is searched for one as well).
+    accumulate_grads : bool
+        The step runs with every parameter's gradient already allocated: gradient
+        accumulation (several micro-batches before ``optimizer.step()``), or
+        ``optimizer.zero_grad(set_to_none=False)``. The trace's backward pass then runs with
+        a zero gradient on each parameter the step reads (PyTorch adds the new gradients into
+        them in place), and the facts list every parameter that gets a gradient in
+        ``grads_at_start``: their bytes are resident, and the schedule sums into them as
+        AccumulateGrad does. False (default): the gradients are None when the step starts
+        (``optimizer.zero_grad()``'s default).
 
     Returns
     -------
@@ -540,10 +549,11 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
 
     Notes
     -----
-    The schedule assumes the parameters' gradients are None when the step starts
-    (``optimizer.zero_grad()``, whose default sets them to None); the trace sets them to None
-    for its own backward pass and puts them back after. Tensors alive after the backward pass
-    (kept by the caller or a module) join ``facts.returned``: no plan drops or frees them.
+    Without `accumulate_grads`, the schedule assumes the parameters' gradients are None when
+    the step starts (``optimizer.zero_grad()``, whose default sets them to None); the trace
+    sets them to None (with it, to zeros) for its own backward pass and puts the caller's back
+    after. Tensors alive after the backward pass (kept by the caller or a module) join
+    ``facts.returned``: no plan drops or frees them.
 
     References
     ----------
@@ -562,7 +572,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
                 loss = step()
                 _check_loss(loss, rec)
                 rec.phase = "between"
-                saved_grads = _clear_grads(rec)
+                saved_grads = _clear_grads(rec, accumulate_grads)
                 rec.hook_backward(loss)
                 rec.phase = "backward"
                 loss.backward()
@@ -570,7 +580,8 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
                 rec.phase = "done"
         _check_edges(rec)
         windows = meter.result.windows if measure_memory else {}
-        return _build(rec, loss, windows, cost_model, time_unit, str(device))
+        return _build(rec, loss, windows, cost_model, time_unit, str(device),
+                      accumulate_grads)
     finally:
         rec.phase = "done"
         for f in rec.finalizers:
@@ -639,13 +650,14 @@ def _check_loss(loss, rec):
                          "the step from tensors that require one, with grad mode on")
 
 
-def _clear_grads(rec):
-    """Set the parameters' gradients to None for the trace's backward pass; return the old
-    ones (None included) to put back."""
+def _clear_grads(rec, accumulate):
+    """Set the parameters' gradients to None (`accumulate`: to zeros, gradients that exist
+    when the step starts) for the trace's backward pass; return the old ones (None included)
+    to put back."""
     saved = {}
     for t in rec.params:
         saved[t] = t.grad
-        t.grad = None
+        t.grad = torch.zeros_like(t) if accumulate else None
     return saved
 
 

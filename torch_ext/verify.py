@@ -22,7 +22,10 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
     buffers and the random generators (the CPU generator and, once CUDA is initialized, every
     CUDA device's) are saved first and put back before the planned run. Afterwards they are
     put back again: ``verify`` leaves the model as it was before the call (no step is taken;
-    each parameter keeps its gradient tensor, with its values before the call).
+    each parameter keeps its gradient tensor, with its values before the call). Where the
+    strategy's graph has gradients at the start (``trace(..., accumulate_grads=True)``), a
+    parameter whose gradient is None gets a zero gradient for both runs, so that both add
+    into one as gradient accumulation does (it is None again afterwards).
 
     Parameters
     ----------
@@ -81,7 +84,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
     (True, None, 0.0, True)
     """
     ctx = RecomputeContext(strategy, record=True, model=model, check=check)
-    state = _State(model, params)
+    state = _State(model, params, bool(strategy.graph.facts.grads_at_start))
     state.save_start()
     try:
         loss = state.run_plain(step)
@@ -94,7 +97,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
         planned = state.result(loss)
         del loss
     finally:
-        state.restore_start()
+        state.restore_start(final=True)
     report = compare(plain, planned, _diff, events_equal=ctx.events == list(ctx.schedule.events),
                      recomputed=ctx.last_step["recomputed"])
     if raise_on_mismatch and not report.ok:
@@ -107,9 +110,11 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
 
 class _State:
     """The parameters (with their gradients), the buffers and the random generators of a
-    step: saved at the start, put back before the planned run and at the end."""
+    step: saved at the start, put back before the planned run and at the end. With
+    `start_grads`, a parameter without a gradient gets a zero one for both runs."""
 
-    def __init__(self, model, params):
+    def __init__(self, model, params, start_grads=False):
+        self.start_grads = start_grads
         self.params = _named_params(model, params)   # name -> tensor
         self.buffers = {} if model is None else dict(model.named_buffers())
         self.watch_buffers = model is None
@@ -119,14 +124,15 @@ class _State:
 
     def save_start(self):
         self.rng = _Random.save()
-        self.saved = [_Saved(t) for t in (*self.params.values(), *self.buffers.values())]
+        self.saved = [_Saved(t, self.start_grads) for t in self.params.values()]
+        self.saved += [_Saved(t) for t in self.buffers.values()]
 
     def run_plain(self, step):
         """The plain step, watched where parameters or buffers are to be found; return the
         loss."""
         watch = None
         if not self.params or self.watch_buffers:
-            watch = _Watch(find_params=not self.params)
+            watch = _Watch(find_params=not self.params, start_grads=self.start_grads)
             with watch:
                 loss = step()
         else:
@@ -139,11 +145,13 @@ class _State:
             self.found = watch.changed()
         return loss
 
-    def restore_start(self):
+    def restore_start(self, final=False):
+        """Put the start state back (`final`: as before the call, gradients that were None
+        included)."""
         self.rng.restore()
         with torch.no_grad():
             for s in self.saved:
-                s.restore()
+                s.restore(final)
             for t, before in self.found.values():
                 _put(t, before)
 
@@ -159,22 +167,28 @@ class _State:
 
 
 class _Saved:
-    """A tensor's values and, for a parameter, its gradient tensor and that one's values."""
+    """A tensor's values and, for a parameter, its gradient tensor and that one's values; with
+    `start_grad`, a parameter without a gradient gets a zero one now, for the runs."""
 
-    def __init__(self, t):
+    def __init__(self, t, start_grad=False):
         self.t = t
         self.values = t.detach().clone()
         self.grad = t.grad if t.requires_grad else None
         self.grad_values = None if self.grad is None else self.grad.detach().clone()
+        self.start = self.grad
+        if start_grad and t.requires_grad and self.grad is None:
+            self.start = t.grad = torch.zeros_like(t)
 
-    def restore(self):
+    def restore(self, final=False):
         """Put the values back (under ``torch.no_grad()``), and the same gradient tensor with
-        its values."""
+        its values: the one the runs start with, or (`final`) the one before the call."""
         _put(self.t, self.values)
         if self.t.requires_grad:
             if self.grad is not None:
                 _put(self.grad, self.grad_values)
-            self.t.grad = self.grad
+            elif self.start is not None:
+                self.start.zero_()
+            self.t.grad = self.grad if final else self.start
 
 
 def _put(t, values):
@@ -225,9 +239,10 @@ class _Watch(TorchDispatchMode):
     each at its first read: leaves requiring a gradient (the parameters, with their state
     saved) and the others (copied, to find those the step writes in place)."""
 
-    def __init__(self, find_params):
+    def __init__(self, find_params, start_grads=False):
         super().__init__()
         self.find_params = find_params
+        self.start_grads = start_grads
         self.made = WeakIdKeyDictionary()    # tensors the step's operations returned
         self.seen = WeakIdKeyDictionary()
         self.params, self.saved, self.copies = {}, [], {}
@@ -245,7 +260,7 @@ class _Watch(TorchDispatchMode):
             if t.requires_grad and t.is_leaf:
                 if self.find_params:
                     self.params[name] = t
-                    self.saved.append(_Saved(t))
+                    self.saved.append(_Saved(t, self.start_grads))
             else:
                 self.copies[name] = (t, t.detach().clone())
         out = func(*args, **kwargs)
