@@ -13,10 +13,10 @@ from .exceptions import TraceError
 __all__ = ["build", "flop_costs"]
 
 
-def build(rec, loss, windows, cost_model, time_unit, device, accumulate):
+def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate):
     """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``):
-    with `accumulate`, every parameter that gets a gradient has one when the step starts
-    (``grads_at_start``)."""
+    `modes` go to ``attrs[0]["step"]``; with `accumulate`, every parameter that gets a
+    gradient has one when the step starts (``grads_at_start``)."""
     from .trace import TracedGraph, TARGET_TOTAL_COST
 
     nodes = [op for op in rec.ops if op.node is not None]
@@ -37,6 +37,7 @@ def build(rec, loss, windows, cost_model, time_unit, device, accumulate):
         attrs[op.node] = _attrs(op, hidden, absorbed.get(op.node, []))
     if absorbed.get(None):
         attrs[n - 1]["absorbed_after"] = absorbed[None]
+    attrs[0]["step"] = modes
     facts = lowerset.ExecutionFacts(
         nodes=tuple(facts_nodes), forward_order=tuple(range(n)),
         backward_order=tuple(rec.backward_order), externals=tuple(rec.externals),

@@ -4,6 +4,7 @@ graph (:class:`ForwardCheck`) and running a node's call again (:class:`Call`).""
 import torch
 
 from . import _ops
+from ._diagnose import autocast_state, likely_cause
 from .exceptions import StrategyMismatchError
 
 __all__ = ["ForwardCheck", "Call"]
@@ -15,13 +16,21 @@ class ForwardCheck:
     """The traced sequence of operations (nodes and absorbed operations), and the position of
     the step being run in it.
 
+    Parameters
+    ----------
+    graph : lowerset.Graph
+        Recorded by :func:`torch_ext.trace` (or loaded from its JSON).
+    model : torch.nn.Module, optional
+        The model the step runs: a mismatch then says whether its train/eval mode differs
+        from the traced one (:mod:`torch_ext._diagnose`).
+
     Raises
     ------
     StrategyMismatchError
         On construction, if `graph` was not recorded by :func:`torch_ext.trace`.
     """
 
-    def __init__(self, graph):
+    def __init__(self, graph, model=None):
         n = graph.n
         if (not graph.has_facts or list(graph.labels) != list(range(n))
                 or any(k not in graph.attrs[v] for v in range(n) for k in _NEEDED_ATTRS)):
@@ -31,6 +40,9 @@ class ForwardCheck:
                 "plan on torch_ext.trace(...) or load the strategy with "
                 "load_strategy(path, graph=traced)")
         self.n = n
+        self.model = model
+        self.modes = graph.attrs[0].get("step", {}) if n else {}
+        self.autocast_now = None
         self.attrs = [graph.attrs[v] for v in range(n)]
         self.facts = graph.facts.nodes
         self.sequence = []
@@ -46,6 +58,11 @@ class ForwardCheck:
     def reset(self):
         self.position = 0
         self.nodes_seen = 0
+
+    def enter(self):
+        """Note the autocast state as the executor's block is entered (outside any dispatched
+        operation, where PyTorch reports it reliably)."""
+        self.autocast_now = autocast_state(self.modes.get("device", "cpu"))
 
     @property
     def forward_done(self):
@@ -81,11 +98,13 @@ class ForwardCheck:
         if str(func) != name or (v is not None and not self._inputs_match(v, tensors, value_of)):
             got = f"{func}({', '.join(_fmt(t, value_of) for t in tensors)})"
             want = name if v is None else f"{name}({', '.join(map(_fmt_exp, self._in_sig[v]))})"
+            expected = None if v is None else self._in_sig[v]
+            cause = likely_cause(self.modes, self.model, self.autocast_now, func, kwargs,
+                                 tensors, expected, name)
             raise StrategyMismatchError(
                 f"operation {i} of the forward pass is {got}, but the traced step has {want} "
-                f"there (node {v if v is not None else self.nodes_seen}): a data-dependent "
-                "branch took another way, or the model, batch shape, dtype or device differs "
-                "from the traced one; re-trace and re-plan", position=self.nodes_seen)
+                f"there (node {v if v is not None else self.nodes_seen}): "
+                f"{cause or _GENERIC}", position=self.nodes_seen)
         if v is None and any(value_of.get(t) is not None for t in tensors):
             raise StrategyMismatchError(
                 f"operation {i} ({func}) reads a value of the graph where the traced step "
@@ -112,14 +131,22 @@ class ForwardCheck:
         :func:`torch_ext._ops.output_bytes`)."""
         got = _ops.signature(outs)
         if got != self._out_sig[v]:
+            cause = likely_cause(self.modes, self.model, self.autocast_now, None, {}, [], None,
+                                 "")
             raise StrategyMismatchError(
                 f"node {v} ({self.name(v)}) returned {list(got)}, but the traced step has "
-                f"{list(self._out_sig[v])}; re-trace and re-plan", position=v)
+                f"{list(self._out_sig[v])}: {cause or _GENERIC}", position=v)
         self.nodes_seen = v + 1
         return _ops.output_bytes(outs, tensors)
 
     def after_absorbed(self, out):
         """An absorbed operation ran (nothing to keep: its outputs are external arrays)."""
+
+
+#: The causes a mismatch may have when none shows in particular.
+_GENERIC = ("a data-dependent branch took another way, or the model, its train/eval mode "
+            "(pass model= to have it checked), autocast, the batch shape, dtype or device "
+            "differs from the traced one; re-trace and re-plan")
 
 
 def _tensors(args, kwargs):

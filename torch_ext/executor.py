@@ -77,7 +77,9 @@ class RecomputeContext:
     graph : torch_ext.TracedGraph, optional
         The traced graph, needed only when `strategy` is None.
     model : torch.nn.Module, optional
-        Checked not to be ``torch.compile``d.
+        Checked not to be ``torch.compile``d; a :class:`StrategyMismatchError` then says when
+        its train/eval mode differs from the one :func:`torch_ext.trace` recorded (given
+        ``model=`` there too).
     check : bool
         Take a fingerprint of each value the schedule may recompute when its operation first
         runs (:func:`torch_ext._fingerprint.fingerprint`: sums of its bytes, no copy; not of
@@ -106,7 +108,9 @@ class RecomputeContext:
         before anything is dropped for an operation, if the operation differs from the graph
         (name, argument shapes, dtypes, devices, wiring, outputs, number of operations: a
         data-dependent branch took another way, the model moved to another device), or
-        autograd runs the backward calls in another order.
+        autograd runs the backward calls in another order. The message names the likely
+        cause where it shows: the model's train/eval mode (with `model`), autocast, another
+        dtype, device or shape of an input or a parameter.
     RecomputationError
         With `check`, in the backward pass, if a recomputed value differs from the value its
         operation made in the forward pass (naming the node, its operation and the output).
@@ -151,7 +155,7 @@ class RecomputeContext:
         self.record = bool(record)
         self.check = bool(check)
         self.schedule = lowerset.schedule(strategy)
-        self._check = ForwardCheck(strategy.graph)
+        self._check = ForwardCheck(strategy.graph, model)
         self._may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
         self._backward_nodes = set(strategy.graph.facts.backward_order)
         self.events = []
@@ -190,6 +194,7 @@ class RecomputeContext:
         self._owner = threading.get_ident()
         _ACTIVE.context = self
         self._reset()
+        self._check.enter()
         self._phase = "forward"
         self._modes = [_Dispatch(self),
                        torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]

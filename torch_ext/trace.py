@@ -38,6 +38,7 @@ import lowerset
 from . import _ops
 from ._guards import check_not_compiled, step_device
 from ._autograd import node_tag, reachable_nodes
+from ._diagnose import step_modes
 from .exceptions import TraceError
 from .measure import MemoryMeter
 
@@ -74,7 +75,9 @@ class TracedGraph(lowerset.Graph):
     arguments, last in the facts, that the call does not receive: first the in-place writes
     into its arguments' memory made since those arguments, whose values it reads, then values
     its backward reads)
-    and ``pinned`` (why the node is never recomputed).
+    and ``pinned`` (why the node is never recomputed). Node 0's ``step`` holds the modes the
+    step ran in (train or eval, autocast, device; :mod:`torch_ext._diagnose`), which the
+    executor compares where a later step differs.
 
     Attributes
     ----------
@@ -523,7 +526,9 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
         ``backward_peak``) with :class:`torch_ext.measure.MemoryMeter`; False leaves them 0.
     model : torch.nn.Module, optional
         The model the step runs; a ``torch.compile``d module raises :class:`TraceError` (the
-        step's closure is searched for one as well).
+        step's closure is searched for one as well). Its train/eval mode is recorded, so that
+        :class:`RecomputeContext` (given ``model=`` too) names a change of mode as the cause
+        of a mismatch.
     accumulate_grads : bool
         The step runs with every parameter's gradient already allocated: gradient
         accumulation (several micro-batches before ``optimizer.step()``), or
@@ -565,6 +570,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     rng = _RandomState.save()
     meter = MemoryMeter(device) if measure_memory else _NoMeter()
     rec = _Recorder(meter, repeats if cost_model == "profile" else 1)
+    modes = step_modes(model, device)
     saved_grads = {}
     try:
         with meter:
@@ -580,7 +586,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
                 rec.phase = "done"
         _check_edges(rec)
         windows = meter.result.windows if measure_memory else {}
-        return _build(rec, loss, windows, cost_model, time_unit, str(device),
+        return _build(rec, loss, windows, cost_model, time_unit, str(device), modes,
                       accumulate_grads)
     finally:
         rec.phase = "done"
