@@ -1,26 +1,29 @@
 """Benchmark the device-budget planner on block-repetitive graphs from 100 to 10,000 nodes.
 
 For each family of ``examples/block_graphs.py`` (transformer, resnet, unet, inception; default
-facts) and each size (nodes, geometric steps), and where PyTorch is installed for the GPT-like
-stack traced at operator level (``examples/traced_graphs.py``, family "gpt": 6, 12, 24 and 48
-layers by default, 399-3,087 nodes; the trace's execution facts): the lower sets, the plain
+facts) and each size (nodes, geometric steps), and where PyTorch is installed for the stacks
+traced at operator level (``examples/traced_graphs.py``, the trace's execution facts: family
+"gpt", the GPT-like stack at 6, 12, 24 and 48 layers by default, 399-3,087 nodes; family
+"llama", the LLaMA-style stack at 1-32 layers, 85-2,317 nodes): the lower sets, the plain
 step's peak, and per call -- ``min_peak``, ``solve`` at 0.9 x plain, halfway between the least
 peak and plain, and the least peak + 10% of that gap, and ``pareto`` -- the wall time, the
-result's peak (bytes) and recompute cost, and the planner's memory: the growth of the process's
-resident set over its size before the call (Linux's VmHWM, reset before each call through
-``/proc/self/clear_refs``; elsewhere the growth of ``ru_maxrss``, a lower bound). Each call runs
-on a fresh graph after Numba's JIT warm-up. A call that passes ``--time-limit`` is recorded as
-such (with its wall time, to show how far past the limit it stopped) and the family's larger
-sizes are skipped. The fitted slope is that of log(time) against log(nodes) (numpy.polyfit) over
-the sizes where every call finished, for the slowest ``min_peak``/``solve`` call of each size
-and for each call.
+result's peak (bytes) and recompute cost, whether the call stopped at its time limit (the
+steps its :class:`lowerset.TimeLimitWarning` names), and the planner's memory: the growth of
+the process's resident set over its size before the call (Linux's VmHWM, reset before each call
+through ``/proc/self/clear_refs``; elsewhere the growth of ``ru_maxrss``, a lower bound). Each
+call runs with the planner's default arguments (its default time limit,
+:func:`lowerset.default_time_limit`, unless ``--time-limit`` is given) on a fresh graph after
+Numba's JIT warm-up. A call that raises at its limit is recorded as such and the family's
+larger sizes are skipped. The fitted slope is that of log(time) against log(nodes)
+(numpy.polyfit) over the sizes where every call finished, for the slowest
+``min_peak``/``solve`` call of each size and for each call.
 
-Targets (issue 28; 2 cores): 2,500 nodes within 10 s per ``solve`` or ``min_peak`` call,
-10,000 within 60 s, slope at most 1.3 per family, planner memory under 2 GB at 10,000 nodes.
+Targets (issue 51; 2 cores, default arguments): every call within 10 s up to 2,500 nodes and
+60 s at 10,000, slope at most 1.2 per family, planner memory under 1 GB at 2,500 nodes.
 
 Usage::
 
-    python examples/bench_scale.py [--families transformer resnet gpt] [--max-nodes 2500]
+    python examples/bench_scale.py [--families transformer resnet gpt llama] [--max-nodes 2500]
         [--sizes 100 250 ...] [--time-limit 120] [--method auto] [--out results/bench_scale]
         [--picture docs/images/bench_scale.png]
 
@@ -33,6 +36,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,13 +50,13 @@ import traced_graphs  # noqa: E402
 from _machine import machine_info, machine_line  # noqa: E402
 
 SIZES = (100, 250, 500, 1000, 2500, 5000, 10000)
-#: The traced GPT-like stack's default sizes: 6, 12, 24 and 48 layers.
-GPT_SIZES = tuple(traced_graphs.FIXED_NODES + traced_graphs.NODES_PER_LAYER * layers
-                  for layers in (6, 12, 24, 48))
-FAMILIES = block_graphs.FAMILIES + ("gpt",)
+#: The traced stacks' default depths (layers): GPT-like 6-48, LLaMA-style 1-32.
+DEPTHS = {"gpt": (6, 12, 24, 48), "llama": (1, 2, 4, 8, 16, 32)}
+TRACED = traced_graphs.STACKS
+FAMILIES = block_graphs.FAMILIES + TRACED
 CALLS = ("min_peak", "solve_0.9", "solve_half", "solve_10", "pareto")
-TIMED = ("min_peak", "solve_0.9", "solve_half", "solve_10")  # the per-call targets
-TARGETS = {"t2500": 10.0, "t10000": 60.0, "slope": 1.3, "memory10000": 2 << 30}
+TIMED = CALLS  # the per-call targets
+TARGETS = {"t2500": 10.0, "t10000": 60.0, "slope": 1.2, "memory2500": 1 << 30}
 
 
 def _status_kb(field):
@@ -77,18 +81,23 @@ def _reset_hwm():
 
 def measured(fn):
     """(result or exception, seconds, memory growth in bytes, the process's peak resident set in
-    bytes during the call or None)."""
+    bytes during the call or None, the steps a TimeLimitWarning names as cut or None)."""
     rss = _status_kb("VmRSS")
     exact = rss is not None and _reset_hwm()
     before = rss if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    try:
-        out = fn()
-    except Exception as e:  # noqa: BLE001 - recorded: a limit, an infeasible budget, a bug
-        out = e
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ls.TimeLimitWarning)
+        try:
+            out = fn()
+        except Exception as e:  # noqa: BLE001 - recorded: a limit, an infeasible budget, a bug
+            out = e
     seconds = time.perf_counter() - start
     after = _status_kb("VmHWM") if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return out, seconds, max(0, after - before) * 1024, after * 1024 if exact else None
+    cut = [str(w.message).split("steps cut: ")[-1].split(". Pass")[0] for w in caught
+           if issubclass(w.category, ls.TimeLimitWarning)]
+    return (out, seconds, max(0, after - before) * 1024, after * 1024 if exact else None,
+            cut[0] if cut else None)
 
 
 def warm_up(method):
@@ -113,22 +122,26 @@ def lower_sets_text(count):
 
 def sized(family, nodes):
     """(depth, graph) of `family` (one of :data:`FAMILIES`) with about `nodes` nodes; the
-    depth of "gpt" is its number of layers."""
-    return (traced_graphs.sized(nodes) if family == "gpt"
+    depth of a traced stack is its number of layers."""
+    return (traced_graphs.sized(nodes, family) if family in TRACED
             else block_graphs.sized(family, nodes))
 
 
 def build(family, depth):
     """A fresh graph of `family` at `depth` (no planner results cached on it)."""
-    return traced_graphs.gpt(depth) if family == "gpt" else block_graphs.build(family, depth)
+    return (traced_graphs.traced(family, depth) if family in TRACED
+            else block_graphs.build(family, depth))
 
 
 def default_sizes(family):
     """The sizes (nodes) a run measures `family` at when ``--sizes`` is not given."""
-    return GPT_SIZES if family == "gpt" else SIZES
+    if family in TRACED:
+        return tuple(traced_graphs.FIXED_NODES[family] + traced_graphs.NODES_PER_LAYER[family]
+                     * layers for layers in DEPTHS[family])
+    return SIZES
 
 
-def bench(family, nodes, time_limit, method="auto"):
+def bench(family, nodes, time_limit="default", method="auto"):
     """One row: the graph's figures and one dict per call of :data:`CALLS`."""
     depth, g = sized(family, nodes)
     plain = ls.schedule(g).peak
@@ -141,8 +154,10 @@ def bench(family, nodes, time_limit, method="auto"):
         return build(family, depth)
 
     def run(name, fn, budget=None):
-        out, seconds, memory, rss = measured(fn)
+        out, seconds, memory, rss, cut = measured(fn)
         call = {"seconds": round(seconds, 3), "memory": int(memory), "rss_peak": rss}
+        if cut is not None:
+            call["cut"] = cut
         if budget is not None:
             call["budget"] = int(budget)
         if isinstance(out, ls.SearchLimitError):
@@ -250,9 +265,9 @@ def targets(rows, slopes):
         s = [slopes[family][k] for k in ("slowest", "top", "bound")
              if slopes[family].get(k) is not None]
         t["slope"] = all(x <= TARGETS["slope"] for x in s) if s else None
-        rs = [r for r in near(family, 10000) if r["complete"]]
-        t["memory10000"] = (all((r.get("rss_peak") or r["memory"]) < TARGETS["memory10000"]
-                                for r in rs) if rs else None)
+        rs = [r for r in near(family, 2500) if r["complete"]]
+        t["memory2500"] = (all(r["memory"] < TARGETS["memory2500"] for r in rs)
+                           if rs else None)
         out[family] = t
     return out
 
@@ -264,12 +279,17 @@ def _cell(call):
         return f"infeasible ({call['seconds']:.2f} s)"
     if "error" in call:
         return f"**{call['error']}** after {call['seconds']:.1f} s"
-    return f"{call['seconds']:.2f} s, {call['peak'] / 2**20:,.0f} MB / {call['cost']}"
+    cut = " (cut)" if call.get("cut") else ""
+    return (f"{call['seconds']:.2f} s{cut}, {call['peak'] / 2**20:,.1f} MB / "
+            f"{call['cost']}")
 
 
 def markdown(rows, slopes, met, machine, time_limit):
-    lines = [f"Machine: {machine}; time limit {time_limit:g} s per call.", "",
-             "Per call: wall time, the result's peak (MB) / recompute cost (cost units); "
+    limit = ("the planner's default (lowerset.default_time_limit)" if time_limit is None
+             else f"{time_limit:g} s per call")
+    lines = [f"Machine: {machine}; time limit: {limit}.", "",
+             "Per call: wall time, \"(cut)\" where it stopped at its time limit and returned "
+             "the best plan found, the result's peak (MB) / recompute cost (cost units); "
              "memory: the largest resident-set growth of the five calls (freed memory that "
              "the process reuses does not count again); peak RSS: the process's resident set "
              "at its highest during the calls (an upper bound, with Python and Numba's code).",
@@ -292,7 +312,7 @@ def markdown(rows, slopes, met, machine, time_limit):
               "the time limit. The slope target counts all three.", "",
               "| family | fitted (slowest call) | `min_peak` | `solve` halfway | `pareto` | "
               "two largest | bound from the limit | 2,500 nodes <= 10 s | 10,000 nodes <= 60 s "
-              "| slope <= 1.3 | memory < 2 GB at 10,000 |",
+              "| slope <= 1.2 | memory < 1 GB at 2,500 |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x):
@@ -306,7 +326,7 @@ def markdown(rows, slopes, met, machine, time_limit):
         lines.append(f"| {family} | {f(s['slowest'])} | {f(s['min_peak'])} | "
                      f"{f(s['solve_half'])} | {f(s['pareto'])} | {f(s.get('top'))} | "
                      f">= {f(s.get('bound'))} | {yes(t['t2500'])} | "
-                     f"{yes(t['t10000'])} | {yes(t['slope'])} | {yes(t['memory10000'])} |")
+                     f"{yes(t['t10000'])} | {yes(t['slope'])} | {yes(t['memory2500'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -423,12 +443,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--families", nargs="*", choices=FAMILIES,
                     default=list(FAMILIES if traced_graphs.available() else block_graphs.FAMILIES),
-                    help="default: all, gpt only where PyTorch is installed")
+                    help="default: all, the traced stacks only where PyTorch is installed")
     ap.add_argument("--sizes", nargs="*", type=int, default=None,
-                    help=f"nodes (default: {', '.join(map(str, SIZES))}; gpt: "
-                    f"{', '.join(map(str, GPT_SIZES))})")
+                    help=f"nodes (default: {', '.join(map(str, SIZES))}; traced stacks: "
+                    + "; ".join(f"{f} {', '.join(map(str, default_sizes(f)))}"
+                                for f in TRACED) + ")")
     ap.add_argument("--max-nodes", type=int, default=None, help="leave out larger sizes")
-    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per call")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds per call (default: the planner's own default)")
     ap.add_argument("--method", default="auto", choices=ls.METHODS)
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "bench_scale",
                     help="writes <out>.json and <out>.md")
@@ -441,9 +463,10 @@ def main(argv=None):
                     help="only profile min_peak and solve on the first family at about NODES "
                     "nodes; writes <out>_profile.md")
     args = ap.parse_args(argv)
-    if "gpt" in args.families and not traced_graphs.available():
-        ap.error("family gpt traces a PyTorch model: run this with PyTorch installed, as "
-                 ".venv-torch/bin/python (scripts/venv_torch.sh makes it)")
+    traced = [f for f in args.families if f in TRACED]
+    if traced and not traced_graphs.available():
+        ap.error(f"family {traced[0]} traces a PyTorch model: run this with PyTorch installed, "
+                 "as .venv-torch/bin/python (scripts/venv_torch.sh makes it)")
     if args.profile:
         warm_up(args.method)
         text = profile(args.families[0], args.profile, args.method)
@@ -465,7 +488,8 @@ def main(argv=None):
         info = machine_info()
         print(machine_line(info), flush=True)
         warm_up(args.method)
-        rows = run_all(args.families, args.sizes, args.time_limit, args.method,
+        limit = "default" if args.time_limit is None else args.time_limit
+        rows = run_all(args.families, args.sizes, limit, args.method,
                        log=lambda s: print(s, file=sys.stderr, flush=True), save=save,
                        max_nodes=args.max_nodes)
     slopes = fits(rows)

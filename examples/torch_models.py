@@ -123,6 +123,77 @@ class GPTStack(nn.Module):
         return F.linear(self.ln(x), self.tok.weight)
 
 
+class _RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _rotate(x, cos, sin):
+    """Rotary position embedding on the even and odd features (strided slices)."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+class _LlamaBlock(nn.Module):
+    """A LLaMA decoder block: RMSNorm, rotary embeddings, grouped-query causal attention
+    (`kv_heads` key/value heads shared by `heads` query heads through ``repeat_interleave``)
+    and a SwiGLU MLP, residual adds, no dropout."""
+
+    def __init__(self, dim, heads, kv_heads, hidden):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.norm1, self.norm2 = _RMSNorm(dim), _RMSNorm(dim)
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.kv = nn.Linear(dim, 2 * kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(h).view(b, t, 2, self.kv_heads, self.head_dim).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class LlamaStack(nn.Module):
+    """A LLaMA-style decoder stack written in plain PyTorch: token embedding, `layers`
+    :class:`_LlamaBlock` blocks, a final RMSNorm and an untied language-model head."""
+
+    def __init__(self, vocab=8192, dim=128, layers=2, heads=4, kv_heads=2, hidden=None,
+                 context=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(_LlamaBlock(dim, heads, kv_heads, hidden or 3 * dim)
+                                    for _ in range(layers))
+        self.norm, self.head = _RMSNorm(dim), nn.Linear(dim, vocab, bias=False)
+        half = dim // heads // 2
+        freq = 1.0 / 10000 ** (torch.arange(half, dtype=torch.float32) / half)
+        angle = torch.outer(torch.arange(context, dtype=torch.float32), freq)
+        self.register_buffer("cos", angle.cos(), persistent=False)
+        self.register_buffer("sin", angle.sin(), persistent=False)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        cos, sin = self.cos[:t], self.sin[:t]
+        x = self.tok(ids)
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return self.head(self.norm(x))
+
+
 class MLPChain(nn.Module):
     """A plain chain of `layers` Linear + ReLU layers of width `width`."""
 
@@ -221,6 +292,10 @@ def presets(name, preset):
         "gpt": {"test": dict(dim=64, layers=2, heads=4, length=16, vocab=256),
                 "cpu": dict(dim=768, layers=12, heads=12, length=128, vocab=8192),
                 "gpu": dict(dim=768, layers=12, heads=12, length=1024, vocab=50257)},
+        "llama": {"test": dict(dim=64, layers=2, heads=4, kv_heads=2, length=16, vocab=256),
+                  "cpu": dict(dim=128, layers=2, heads=4, kv_heads=2, length=64, vocab=8192),
+                  "gpu": dict(dim=2048, layers=16, heads=16, kv_heads=4, length=1024,
+                              vocab=32000)},
         "mlp": {"test": dict(features=64, width=128, layers=4),
                 "cpu": dict(features=1024, width=2048, layers=16),
                 "gpu": dict(features=4096, width=8192, layers=16)},
@@ -229,7 +304,7 @@ def presets(name, preset):
 
 
 def network(name, preset="cpu", **sizes):
-    """The :class:`TorchNetwork` `name` ("resnet50", "unet", "gpt", "mlp") at `preset`;
+    """The :class:`TorchNetwork` `name` ("resnet50", "unet", "gpt", "llama", "mlp") at `preset`;
     keyword `sizes` replace the preset's (``network("mlp", "cpu", width=512)``)."""
     kw = presets(name, preset)
     unknown = set(sizes) - set(kw)
@@ -248,6 +323,13 @@ def network(name, preset="cpu", **sizes):
         return TorchNetwork(
             name, lambda: GPTStack(vocab=vocab, dim=kw["dim"], layers=kw["layers"],
                                    heads=kw["heads"], context=max(length, 16)).train(),
+            _tokens(length, vocab), _cross_entropy, _gpt_blocks)
+    if name == "llama":
+        length, vocab = kw["length"], kw["vocab"]
+        return TorchNetwork(
+            name, lambda: LlamaStack(vocab=vocab, dim=kw["dim"], layers=kw["layers"],
+                                     heads=kw["heads"], kv_heads=kw["kv_heads"],
+                                     context=max(length, 16)).train(),
             _tokens(length, vocab), _cross_entropy, _gpt_blocks)
     if name == "mlp":
         return TorchNetwork(

@@ -11,7 +11,7 @@ import contextlib
 import sys
 import threading
 
-__all__ = ["progress", "phase", "DELAY"]
+__all__ = ["progress", "phase", "current", "DELAY"]
 
 #: Seconds a call runs before its bar appears.
 DELAY = 2.0
@@ -41,7 +41,7 @@ def progress(desc, enabled=True, stream=None, delay=None):
     if getattr(_active, "owned", False):  # an outer call decides
         yield getattr(_active, "bar", None)
         return
-    _active.owned, _active.bar, _active.desc = True, None, desc
+    _active.owned, _active.bar, _active.desc, _active.phase = True, None, desc, None
     try:
         with _bar(desc, enabled, stream, DELAY if delay is None else delay) as bar:
             _active.bar = bar
@@ -51,10 +51,17 @@ def progress(desc, enabled=True, stream=None, delay=None):
 
 
 def phase(name):
-    """Name the step the planner runs now after the bar's description (no-op without a bar)."""
+    """Name the step the planner runs now after the bar's description (no bar: only
+    :func:`current` says it)."""
+    _active.phase = name
     bar = getattr(_active, "bar", None)
     if bar is not None:
         bar.set_description_str(f"{_active.desc} ({name})")
+
+
+def current():
+    """The step :func:`phase` last named in this thread, or None."""
+    return getattr(_active, "phase", None)
 
 
 @contextlib.contextmanager

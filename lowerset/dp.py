@@ -16,16 +16,21 @@ import numpy as np
 from . import _kernels, _limits
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import ArgumentError, InfeasibleBudgetError, LowersetError, SearchLimitError
-from .lowersets import DEFAULT_MAX_LOWER_SETS, _count, family
+from .lowersets import DEFAULT_MAX_LOWER_SETS, _contracted_count, _count, family
 from .strategy import CanonicalStrategy
 
 __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
 
 MODES = ("time", "memory")
-METHODS = ("exact", "approx", "ordered")
-#: The method that picks "exact" where the graph's lower sets number at most
-#: ``max_lower_sets``, else "approx" (:func:`resolve_method`).
+METHODS = ("exact", "approx", "ordered", "contracted")
+#: The method that picks "contracted" where the graph's contracted family has at most
+#: :data:`AUTO_MAX_SETS` lower sets, else "approx" (:func:`resolve_method`).
 AUTO = "auto"
+#: The largest contracted family (lower sets) "auto" searches exactly (see the planner page of
+#: the docs for the times that set it).
+AUTO_MAX_SETS = 50_000
+# the families whose DP searches every lower set of a graph (of G, of its quotient)
+_EXHAUSTIVE = ("exact", "contracted")
 
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
@@ -72,15 +77,16 @@ def _check_method(method):
 
 @requires_graph
 def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
-    """Return `method`, with "auto" replaced by "exact" where `G` has at most `max_lower_sets`
-    lower sets (Sec. 4.2), else by "approx" (the pruned family, Sec. 4.3).
+    """Return `method`, with "auto" replaced by "contracted" where the quotient of `G`
+    (:func:`lowerset.lowersets.contraction`) has at most `max_lower_sets` and
+    :data:`AUTO_MAX_SETS` lower sets, else by "approx" (the pruned family, Sec. 4.3).
 
-    The lower sets are counted without being stored, and the count stops at `max_lower_sets`.
+    The lower sets are counted without being stored, and the count stops at the limit.
 
     Parameters
     ----------
     G : Graph
-    method : {"auto", "exact", "approx", "ordered"}
+    method : {"auto", "exact", "approx", "ordered", "contracted"}
     max_lower_sets : int
         >= 1.
     time_limit : float, optional
@@ -88,7 +94,7 @@ def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=
 
     Returns
     -------
-    {"exact", "approx", "ordered"}
+    {"exact", "approx", "ordered", "contracted"}
         `method` itself unless it is "auto".
 
     Raises
@@ -101,7 +107,7 @@ def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=
     Examples
     --------
     >>> ls.dp.resolve_method(ls.Graph.chain(4), "auto")
-    'exact'
+    'contracted'
     """
     _check_any_method(method)
     if method != AUTO:
@@ -119,36 +125,46 @@ def _resolve(G, method, max_lower_sets, deadline):
     if method != AUTO:
         return method
     try:
-        _count(G, max_lower_sets, deadline)
+        _contracted_count(G, min(max_lower_sets, AUTO_MAX_SETS), deadline)
     except SearchLimitError as e:
         if e.limit != "max_lower_sets":
             raise
         return "approx"
-    return "exact"
+    return "contracted"
+
+
+def _check_size(G, method, max_lower_sets, deadline):
+    """Raise SearchLimitError where `method` searches more lower sets than `max_lower_sets`
+    (the count is cached: a cached family or answer is checked too)."""
+    if method == "exact":
+        _count(G, max_lower_sets, deadline)
+    elif method == "contracted":
+        _contracted_count(G, max_lower_sets, deadline)
 
 
 def _check_mode(mode):
     return check_choice(mode, "mode", MODES)
 
 
-def same_families(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE):
-    """Whether the exact DP's family (all lower sets, Sec. 4.2) is the pruned one (Sec. 4.3):
-    the same sets in the same order, so that every DP pass over one gives the other's result
-    (each lower set of G is ∅, V or the ancestors of one node: chains, DenseNet's blocks, a
-    U-Net without parallel branches). Cached per graph.
+def same_families(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE,
+                  method="exact"):
+    """Whether the family of `method` ("exact": all lower sets, Sec. 4.2; "contracted") is the
+    pruned one (Sec. 4.3): the same sets in the same order, so that every DP pass over one
+    gives the other's result (each lower set of G is ∅, V or the ancestors of one node:
+    chains, DenseNet's blocks, a U-Net without parallel branches). Cached per graph.
 
     Raises
     ------
     SearchLimitError
-        If G has more than `max_lower_sets` lower sets, or the deadline passes.
+        If the family has more than `max_lower_sets` lower sets, or the deadline passes.
     """
     cache = _cache(G)
-    key = ("same", max_lower_sets)
+    key = ("same", method, max_lower_sets)
     if key not in cache:
         approx = _get_family(G, "approx", max_lower_sets, deadline)
-        count, _ = _count(G, max_lower_sets, deadline)
-        cache[key] = (count == approx.sets.shape[0] and np.array_equal(
-            _get_family(G, "exact", max_lower_sets, deadline).sets, approx.sets))
+        _check_size(G, method, max_lower_sets, deadline)
+        cache[key] = np.array_equal(_get_family(G, method, max_lower_sets, deadline).sets,
+                                    approx.sets)
     return cache[key]
 
 
@@ -167,8 +183,8 @@ def _get_family(G, method, max_lower_sets, deadline):
     if fam is None:
         fam = family(G, method, max_lower_sets, deadline)
         cache[method] = fam
-    elif method == "exact":
-        _count(G, max_lower_sets, deadline)  # the limit applies to a cached family too
+    else:
+        _check_size(G, method, max_lower_sets, deadline)  # for a cached family too
     return fam
 
 
@@ -458,14 +474,13 @@ def _min_budget(G, method, max_lower_sets, deadline):
     cache = _cache(G)
     key = ("min_budget", method)
     if key in cache:
-        if method == "exact":  # the limit applies to a cached answer too
-            _count(G, max_lower_sets, deadline)
+        _check_size(G, method, max_lower_sets, deadline)  # for a cached answer too
         return cache[key]
     fam = _get_family(G, method, max_lower_sets, deadline)
     # the one-segment strategy [V] peaks at 2 M(V); the pruned family bounds the exact one,
     # close enough that a cut-off below it would cost a pass more than it saves
     upper = 2 * G.total_memory()
-    if method == "exact" and fam.sets.shape[0] > G.n + 2:
+    if method in _EXHAUSTIVE and fam.sets.shape[0] > G.n + 2:
         upper = min(upper, _min_budget(G, "approx", max_lower_sets, deadline)[0])
         best, seg = _min_budget_search(G, fam, upper, deadline)
     else:
@@ -483,7 +498,8 @@ def _check_feasible(G, budget, method, max_lower_sets, deadline):
     budget at least that is feasible at once; otherwise the minimal budget of `method` decides
     (and is cached for the next call).
     """
-    if method == "exact" and budget >= _min_budget(G, "approx", max_lower_sets, deadline)[0]:
+    if (method in _EXHAUSTIVE
+            and budget >= _min_budget(G, "approx", max_lower_sets, deadline)[0]):
         return
     mb = _min_budget(G, method, max_lower_sets, deadline)[0]
     if budget < mb:
@@ -505,13 +521,13 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
     Parameters
     ----------
     G : Graph
-    method : {"exact", "approx", "ordered", "auto"}
-        Search all lower sets (Sec. 4.2), the pruned family (Sec. 4.3) or the ordered family
-        (:func:`lowerset.ordered_lower_sets`); "auto": "exact" where
-        the lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
+    method : {"exact", "approx", "ordered", "contracted", "auto"}
+        Search all lower sets (Sec. 4.2), the pruned family (Sec. 4.3), the ordered family
+        (:func:`lowerset.ordered_lower_sets`) or the contracted one
+        (:func:`lowerset.contracted_lower_sets`); "auto": as :func:`resolve_method` says.
     max_lower_sets : int
-        For "exact": raise instead of searching more lower sets than this (>= 1). They are
-        counted before any is stored.
+        For "exact" and "contracted": raise instead of searching more lower sets than this
+        (>= 1). They are counted before any is stored.
     time_limit : float, optional
         Seconds (> 0) for the whole call, every phase included (counting and enumerating the
         lower sets, their statistics, the DP); past it, :class:`SearchLimitError` is raised
@@ -576,15 +592,17 @@ def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT
         "time" (time-centric): the least overhead (eq. 1) with peak <= B. "memory"
         (memory-centric, Sec. 4.4): the largest overhead with peak <= B, which yields coarse
         segments where liveness analysis frees most.
-    method : {"exact", "approx", "ordered", "auto"}
+    method : {"exact", "approx", "ordered", "contracted", "auto"}
         "exact": DP over all lower sets, optimal for the paper's model (Sec. 4.2). "approx": DP
         over the pruned family {L_v} plus V (Sec. 4.3), O(T(V) #V^2). "ordered": DP over the
         pruned family and the prefixes of two topological orders
-        (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "auto": "exact" where the
-        lower sets number at most `max_lower_sets`, else "approx" (:func:`resolve_method`).
+        (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "contracted": DP over the
+        lower sets that keep each memoryless node with its input, and the pruned sets
+        (:func:`lowerset.contracted_lower_sets`). "auto": as :func:`resolve_method` says.
     max_lower_sets : int
-        For "exact": raise instead of searching more lower sets than this (>= 1). They are
-        counted before any is stored; the default keeps one exact DP pass to seconds.
+        For "exact" and "contracted": raise instead of searching more lower sets than this
+        (>= 1). They are counted before any is stored; the default keeps one exact DP pass to
+        seconds.
     time_limit : float, optional
         Seconds (> 0) for the whole call, every phase included; past it,
         :class:`SearchLimitError` is raised within a few milliseconds.

@@ -19,6 +19,7 @@ __all__ = [
     "BatchScalingError",
     "NoBatchFitsError",
     "VerificationError",
+    "TimeLimitWarning",
 ]
 
 
@@ -97,6 +98,12 @@ class SearchLimitError(LowersetError):
     def __init__(self, message, limit):
         self.limit = limit
         super().__init__(message)
+
+
+class TimeLimitWarning(UserWarning):
+    """A planner call (``solve``, ``min_peak``, ``pareto``) reached its time limit and returned
+    the best plan it had found; the message names the steps it cut and how to search further
+    (``time_limit=None``)."""
 
 
 class FormatError(LowersetError, ValueError):

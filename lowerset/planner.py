@@ -41,18 +41,27 @@ import contextlib
 import math
 import threading
 import time
+import warnings
 
 from . import _limits, _progress, dp
 from .baselines import chen_sqrtn, selective_family
 from .execution import activation_facts
-from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError
-from .lowersets import DEFAULT_MAX_LOWER_SETS, count_lower_sets
+from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError, TimeLimitWarning
+from .lowersets import DEFAULT_MAX_LOWER_SETS, _contracted_count, count_lower_sets
 from .refine import refine
 from .scheduling import _known_peak_and_cost, dropped_nodes
-from ._validate import check_budget, check_graph
+from ._validate import check_budget, check_graph, check_time_limit
 from .strategy import CanonicalStrategy
 
-__all__ = ["solve", "min_peak", "pareto", "MODELS", "MEASURES", "LADDER_SIZE"]
+__all__ = ["solve", "min_peak", "pareto", "default_time_limit", "MODELS", "MEASURES",
+           "LADDER_SIZE", "DEFAULT"]
+
+#: The `time_limit` of the planner calls that means :func:`default_time_limit`.
+DEFAULT = "default"
+#: :func:`default_time_limit`: seconds up to DEFAULT_NODES nodes, and per node above.
+DEFAULT_SECONDS = 8.0
+DEFAULT_NODES = 2500
+SECONDS_PER_NODE = 0.0067
 
 #: How a budget is read: "executor" (whole-step device bytes, :func:`lowerset.schedule`) or
 #: "paper" (eq. (2), the paper's DP).
@@ -78,7 +87,10 @@ STOP_GAP = 0.02
 
 # each DP family's subfamilies, itself included: their optima bound its own (see _paper)
 _SUBFAMILIES = {"approx": ("approx",), "ordered": ("approx", "ordered"),
-                "exact": ("approx", "exact")}
+                "exact": ("approx", "exact"), "contracted": ("approx", "contracted")}
+# the methods whose DP searches every lower set of a family too large to list by hand (all of
+# G's, or those of its quotient): their plans are improved by local search
+_EXHAUSTIVE = ("exact", "contracted")
 
 # the exact family's DP runs at the whole ladder only when it has at most this many lower sets
 # (a DP call over 10^4 lower sets takes about a second); above, only solve's search runs it
@@ -102,26 +114,85 @@ def _ladder(lo, hi, n):
     return out
 
 
+def default_time_limit(G):
+    """The time limit (seconds) of a planner call on `G` when the caller gives none:
+    :data:`DEFAULT_SECONDS` up to :data:`DEFAULT_NODES` nodes, :data:`SECONDS_PER_NODE` more
+    per node above (58 s at 10,000 nodes)."""
+    return DEFAULT_SECONDS + SECONDS_PER_NODE * max(0, G.n - DEFAULT_NODES)
+
+
+def _limit(G, time_limit, method):
+    """The seconds of a call's `time_limit` argument ("default", None or a number): "default"
+    is :func:`default_time_limit`, or no limit for ``method="exact"``, which searches to the
+    end unless told otherwise."""
+    if isinstance(time_limit, str) and time_limit == DEFAULT:
+        return None if method == "exact" else default_time_limit(G)
+    return check_time_limit(time_limit)
+
+
 class _Deadline:
+    """The time limit of one public planner call, shared by every step in it. Past it,
+    :meth:`left` raises SearchLimitError; a step run by :func:`_anytime` then ends, the
+    deadline notes it in :attr:`cut`, and the call returns the best plan found so far."""
+
     def __init__(self, time_limit):
         self.start = time.perf_counter()
         self.limit = time_limit
+        self.cut = []
+
+    def elapsed(self):
+        return time.perf_counter() - self.start
+
+    def passed(self):
+        return self.limit is not None and self.elapsed() >= self.limit
 
     def left(self):
         """Seconds left (None without a limit); raise SearchLimitError past the limit."""
         if self.limit is None:
             return None
-        left = self.limit - (time.perf_counter() - self.start)
+        left = self.limit - self.elapsed()
         if left <= 0:
             raise SearchLimitError(f"time limit of {self.limit:.3g} s exceeded",
                                    limit="time_limit")
         return left
 
+    def note_cut(self, step=None):
+        step = step or _progress.current() or "search"
+        if step not in self.cut:
+            self.cut.append(step)
+
+
+def _anytime(deadline, fn, *args, step=None):
+    """``fn(*args)``, or None where the time limit passes inside it (noted on `deadline` as
+    `step`, default the phase the progress bar shows)."""
+    try:
+        return fn(*args)
+    except SearchLimitError as e:
+        if e.limit != "time_limit" or not deadline.passed():
+            raise
+        deadline.note_cut(step)
+        return None
+
+
+def _warn_if_cut(deadline, call, G, plan):
+    """Warn (:class:`TimeLimitWarning`) that `call` stopped at its time limit and returns
+    `plan`, the best it found."""
+    if not deadline.cut:
+        return
+    point = "" if plan is None else (f": peak {_point(plan)[1]:,} bytes, recomputation "
+                                     f"{_point(plan)[0]:,} cost units")
+    warnings.warn(TimeLimitWarning(
+        f"{call} reached its time limit of {deadline.limit:.3g} s on a graph of {G.n:,} "
+        f"nodes and returns the best plan it found{point}; the search steps cut: "
+        f"{', '.join(deadline.cut)}. Pass time_limit=None to search to the end, or a larger "
+        "time_limit (seconds)"), stacklevel=3)
+
 
 @contextlib.contextmanager
 def _searching(desc, progress, time_limit):
     """Run a public planner call: its progress bar, and a time limit passed inside a DP pass
-    named as the caller's `time_limit` (the pass itself only had the seconds left)."""
+    named as the caller's `time_limit` (the pass itself only had the seconds left): raised
+    where the call found no plan to return."""
     start = time.perf_counter()
     try:
         with _progress.progress(desc, progress):
@@ -150,27 +221,41 @@ def _pool(G, method, max_lower_sets, deadline):
     for s in selective_family(G):
         add(s)
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
-    families = ["approx"]
-    if method == "ordered" and _ordered_differs(G, max_lower_sets, deadline):
-        families.append("ordered")
-    if (method == "exact" and not _large(G, max_lower_sets)
-            and not dp.same_families(G, max_lower_sets, _limits.Deadline(deadline.left()))):
-        families.append("exact")   # where the families are the same, so are its plans
-    leasts, chains = [], []
+    families = _anytime(deadline, _pool_families, G, method, max_lower_sets, deadline) or []
+    leasts, chains = {}, []
     for fam in families:
-        lo, least = dp.min_budget(G, fam, max_lower_sets=max_lower_sets,
-                                  time_limit=deadline.left(), return_strategy=True)
-        leasts.append(least)
+        _progress.phase(f"{fam} minimal budget")
+        found = _anytime(deadline, lambda: dp.min_budget(
+            G, fam, max_lower_sets=max_lower_sets, time_limit=deadline.left(),
+            return_strategy=True))
+        if found is None:
+            break
+        lo, leasts[fam] = found
         budgets = _ladder(lo, max(lo, hi), LADDER_SIZE)
-        chains += [[(fam, "time", b) for b in _time_ladder(budgets)]]
+        if fam not in _EXHAUSTIVE:   # solve's search runs the exhaustive family's
+            chains += [[(fam, "time", b) for b in _time_ladder(budgets)]]
         chains += [[(fam, "memory", b) for b in budgets]]
     plans = _run_chains(G, chains, max_lower_sets, deadline)
-    for fam, least in zip(families, leasts):   # per family: its least eq. (2) peak, its ladder
-        ladder = [s for c, p in zip(chains, plans) if c[0][0] == fam for s in p]
+    for fam, least in leasts.items():   # per family: its least eq. (2) peak, its ladder
+        ladder = [s for c, p in zip(chains, plans) if c[0][0] == fam for s in p
+                  if s is not None]
         for s in [least] + [s for s in ladder if s.mode == "memory"] + \
                 [s for s in ladder if s.mode == "time"]:
             add(s)
     return out
+
+
+def _pool_families(G, method, max_lower_sets, deadline):
+    """The DP families whose ladders join the pool: the pruned one, and that of `method`
+    where it differs (the exhaustive ones only where small enough for a ladder)."""
+    families = ["approx"]
+    if method == "ordered" and _ordered_differs(G, max_lower_sets, deadline):
+        families.append("ordered")
+    if (method in _EXHAUSTIVE and not _large(G, method, max_lower_sets)
+            and not dp.same_families(G, max_lower_sets, _limits.Deadline(deadline.left()),
+                                     method)):
+        families.append(method)   # where the families are the same, so are its plans
+    return families
 
 
 def _ordered_differs(G, max_lower_sets, deadline):
@@ -241,15 +326,21 @@ def _run_chains(G, chains, max_lower_sets, deadline):
     time-centric chain ascends, each pass's deepening starting from the optima cached below it
     (:func:`_paper`). The plans are the same whichever runs first: the DP's optimum and
     back-pointers do not depend on where its deepening starts or ends. An error stops the
-    other threads after their pass in progress, and is raised."""
+    other threads after their pass in progress, and is raised; the time limit stops them too,
+    and the passes it cut are None."""
     passes = _Passes(chains)
     out = [[None] * len(c) for c in chains]
+    _progress.phase("ladder")
 
     def work():
         while (task := passes.take()) is not None:
             i, k = task
             fam, mode, b = chains[i][k]
-            out[i][k] = _paper(G, fam, mode, b, max_lower_sets, deadline)
+            out[i][k] = _anytime(deadline, _paper, G, fam, mode, b, max_lower_sets, deadline,
+                                 step="ladder")
+            if out[i][k] is None:
+                passes.stop()
+                return
             passes.finish(i, k)
 
     workers = min(_limits.cores(), sum(len(c) for c in chains))
@@ -273,9 +364,11 @@ def _run_chains(G, chains, max_lower_sets, deadline):
     return out
 
 
-def _large(G, max_lower_sets):
-    """Whether the exact family is too large for the pool's ladder (SearchLimitError above
-    `max_lower_sets`)."""
+def _large(G, method, max_lower_sets):
+    """Whether the family of `method` ("exact" or "contracted") is too large for the pool's
+    ladder (SearchLimitError above `max_lower_sets`)."""
+    if method == "contracted":
+        return _contracted_count(G, max_lower_sets, _limits.NO_DEADLINE) > _EXACT_LADDER_MAX_SETS
     return count_lower_sets(G, max_lower_sets) > _EXACT_LADDER_MAX_SETS
 
 
@@ -325,7 +418,7 @@ def _guess(optima, bound):
     return min(bound, int(1.1 * optima[-1] * min(1.0, optima[-1] / optima[-2])) + 1)
 
 
-def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None,
+def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=DEFAULT,
            progress=True):
     """Return the overhead/peak trade-off of the planner's pool of canonical strategies.
 
@@ -333,17 +426,20 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     ----------
     G : Graph
         With execution facts (from ``chainer_ext.trace``) or the defaults.
-    method : {"auto", "exact", "ordered", "approx"}
+    method : {"auto", "exact", "contracted", "ordered", "approx"}
         "approx": the paper's DP over the pruned family (Sec. 4.3); "ordered": also over the
         ordered family (:func:`lowerset.ordered_lower_sets`); "exact": also over all lower
         sets (Sec. 4.2), and the least-peak plan improved by local search
-        (:func:`lowerset.refine.refine`); "auto" (default): "exact" where the graph has at most
-        `max_lower_sets` lower sets, else "approx" (:func:`lowerset.dp.resolve_method` says
-        which).
+        (:func:`lowerset.refine.refine`); "contracted": as "exact" over the lower sets that
+        keep each memoryless node (a view, an in-place write) with its input
+        (:func:`lowerset.contracted_lower_sets`); "auto" (default): "contracted" where that
+        family is small enough, else "approx" (:func:`lowerset.dp.resolve_method` says which).
     max_lower_sets : int
-        For "exact": raise instead of enumerating more lower sets than this.
-    time_limit : float, optional
-        Seconds; raise :class:`SearchLimitError` past it.
+        For "exact" and "contracted": raise instead of enumerating more lower sets than this.
+    time_limit : float, "default" or None
+        Seconds for the call: "default" is :func:`default_time_limit` (8 s up to 2,500 nodes),
+        and no limit for ``method="exact"``; None, no limit. Past it the call returns the best
+        it found so far and warns (:class:`TimeLimitWarning`, naming the steps it cut).
     progress : bool
         On a terminal, a call running over 2 s shows a tqdm bar on stderr with the elapsed
         time and the search step (the ``cli`` extra; :mod:`lowerset._progress`). False: none.
@@ -363,7 +459,12 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     ArgumentError
         If `method` is unknown.
     SearchLimitError
-        If the graph has too many lower sets for "exact", or the time limit passes.
+        If the graph has too many lower sets for "exact" or "contracted".
+
+    Warns
+    -----
+    TimeLimitWarning
+        If the time limit passed: the front holds the plans found until then.
 
     References
     ----------
@@ -377,36 +478,49 @@ def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limi
     ...                                                      for s in front)
     True
     """
-    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
-    if (method, max_lower_sets) not in G.__dict__.get("_pareto_cache", {}):
-        deadline = _Deadline(time_limit)
-        with _searching("pareto", progress, time_limit):
-            _pareto(G, method, max_lower_sets, deadline)
-    return list(G.__dict__["_pareto_cache"][method, max_lower_sets])
+    deadline = _Deadline(_limit(G, time_limit, method))
+    method = dp.resolve_method(G, method, max_lower_sets)
+    with _searching("pareto", progress, deadline.limit):
+        front = _pareto_front(G, method, max_lower_sets, deadline)
+    _warn_if_cut(deadline, "pareto", G, front[-1])
+    return front
+
+
+def _pareto_front(G, method, max_lower_sets, deadline):
+    """:func:`pareto`'s front: cached on `G`, else made (:func:`_pareto`)."""
+    front = G.__dict__.get("_pareto_cache", {}).get((method, max_lower_sets))
+    return list(front) if front is not None else _pareto(G, method, max_lower_sets, deadline)
 
 
 def _pareto(G, method, max_lower_sets, deadline, check=None):
-    """:func:`pareto`'s front, made and cached on `G`: the pool's front (cached too), then with
-    ``method="exact"`` its least-peak plan improved by local search (`check`, called between
-    its moves, may raise to stop it; default ``deadline.left``)."""
+    """:func:`pareto`'s front, made and cached on `G` (where the time limit cut nothing): the
+    pool's front, then with an exhaustive method its least-peak plan improved by local search
+    (`check`, called between its moves, may raise to stop it; default ``deadline.left``)."""
     front = _pool_front(G, method, max_lower_sets, deadline)
-    if method == "exact":
+    if method in _EXHAUSTIVE and not deadline.passed():
         _progress.phase("local search")
         front = _front(front + [refine(G, front[-1], deadline=check or deadline.left)])
-    elapsed = time.perf_counter() - deadline.start
+        if deadline.passed():
+            deadline.note_cut()
+    elapsed = deadline.elapsed()
     for s in front:
         s.planner_seconds = elapsed
-    G.__dict__.setdefault("_pareto_cache", {})[method, max_lower_sets] = front
+    if not deadline.cut:
+        G.__dict__.setdefault("_pareto_cache", {})[method, max_lower_sets] = front
     return front
 
 
 def _pool_front(G, method, max_lower_sets, deadline):
-    """The front of the candidate pool (:func:`_pool`), cached on `G`."""
+    """The front of the candidate pool (:func:`_pool`), cached on `G` where the time limit cut
+    nothing."""
     cache = G.__dict__.setdefault("_pool_cache", {})
     key = (method, max_lower_sets)
-    if key not in cache:
-        cache[key] = _front(_pool(G, method, max_lower_sets, deadline))
-    return list(cache[key])
+    if key in cache:
+        return list(cache[key])
+    front = _front(_pool(G, method, max_lower_sets, deadline))
+    if not deadline.cut:
+        cache[key] = front
+    return list(front)
 
 
 def _point(s):
@@ -439,13 +553,14 @@ def _front(strategies):
 
 def _merge(G, method, max_lower_sets, strategies):
     """Add `strategies` to the cached front of (method, max_lower_sets)."""
-    cache = G.__dict__["_pareto_cache"]
+    cache = G.__dict__.get("_pareto_cache", {})
     key = (method, max_lower_sets)
-    cache[key] = _front(cache[key] + list(strategies))
+    if key in cache:   # a front the time limit cut is not cached
+        cache[key] = _front(cache[key] + list(strategies))
 
 
 def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-             time_limit=None, progress=True):
+             time_limit=DEFAULT, progress=True):
     """Return the planner's strategy with the least schedule peak, with the least overhead
     :func:`solve` finds at that peak.
 
@@ -472,6 +587,11 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
     ArgumentError
         If `measure` is unknown; the errors of :func:`pareto`.
 
+    Warns
+    -----
+    TimeLimitWarning
+        If the time limit passed: the least peak of the plans found until then.
+
     Examples
     --------
     >>> g = ls.Graph.chain(8, memory=10)
@@ -480,25 +600,27 @@ def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOW
     """
     if measure not in MEASURES:
         raise ArgumentError(f"unknown measure {measure!r}; expected one of {MEASURES}")
-    deadline = _Deadline(time_limit)
-    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
-    with _searching("min_peak", progress, time_limit):
-        return _min_peak(G, method, measure, max_lower_sets, deadline)
+    check_graph(G)
+    deadline = _Deadline(_limit(G, time_limit, method))
+    with _searching("min_peak", progress, deadline.limit):
+        s = _min_peak(G, method, measure, max_lower_sets, deadline)
+    _warn_if_cut(deadline, "min_peak", G, s)
+    return s
 
 
 def _min_peak(G, method, measure, max_lower_sets, deadline):
-    """:func:`min_peak`: `pareto`, then `solve` at the front's least peak, each given the
-    seconds of `deadline` left (one time limit for the whole call)."""
+    """:func:`min_peak` under `deadline` (`method` not resolved yet): the front, then
+    :func:`_solve` at its least peak."""
     if measure == "activations":
-        check_graph(G)
-        s = min_peak(_activation_view(G), method, max_lower_sets=max_lower_sets,
-                     time_limit=deadline.left())
+        s = _min_peak(_activation_view(G), method, "step", max_lower_sets, deadline)
         # no budget: the one it was planned at counts activation bytes, not the step's
         return CanonicalStrategy.from_segments(G, s.segment_of_nodes(), method=s.method,
                                                mode=s.mode, planner_seconds=s.planner_seconds)
-    front = pareto(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
-    return solve(G, _point(front[-1])[1], method=method, max_lower_sets=max_lower_sets,
-                 time_limit=deadline.left())
+    method = dp.resolve_method(G, method, max_lower_sets)
+    front = _pareto_front(G, method, max_lower_sets, deadline)
+    if deadline.passed():
+        return front[-1]
+    return _solve(G, _point(front[-1])[1], method, max_lower_sets, deadline)
 
 
 def _activation_view(G):
@@ -510,7 +632,7 @@ def _activation_view(G):
 
 
 def solve(G, budget=None, mode="time", method="auto", *, model="executor",
-          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None, progress=True):
+          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=DEFAULT, progress=True):
     """Plan a canonical strategy within a memory budget.
 
     Parameters
@@ -526,18 +648,20 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         For ``model="paper"``: time-centric (least eq. (1) overhead) or memory-centric (largest,
         Sec. 4.4). The executor model is time-centric: least overhead within the budget;
         :func:`min_peak` is its memory-centric end.
-    method : {"auto", "exact", "ordered", "approx"}
+    method : {"auto", "exact", "contracted", "ordered", "approx"}
         Search all lower sets (Sec. 4.2; under the executor model the answer is then improved
-        by local search, :func:`lowerset.refine.refine`), the ordered family
-        (:func:`lowerset.ordered_lower_sets`) or the pruned family (Sec. 4.3); "auto"
-        (default): "exact" where the graph has at most `max_lower_sets` lower sets, else
-        "approx" (:func:`lowerset.dp.resolve_method` says which).
+        by local search, :func:`lowerset.refine.refine`), the lower sets that keep each
+        memoryless node with its input (the same, :func:`lowerset.contracted_lower_sets`),
+        the ordered family (:func:`lowerset.ordered_lower_sets`) or the pruned family
+        (Sec. 4.3); "auto" (default): as :func:`lowerset.dp.resolve_method` says.
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int
-        For "exact": raise instead of enumerating more lower sets than this.
-    time_limit : float, optional
-        Seconds for the whole call; raise :class:`SearchLimitError` past it.
+        For "exact" and "contracted": raise instead of enumerating more lower sets than this.
+    time_limit : float, "default" or None
+        Executor model: as :func:`pareto` (the best plan within `budget` found until then).
+        Paper model: seconds after which :class:`SearchLimitError` is raised ("default":
+        none).
     progress : bool
         As :func:`pareto` (the executor model).
 
@@ -558,7 +682,13 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
     InfeasibleBudgetError
         If no plan fits `budget`; carries the least reachable peak (``min_budget``) in bytes.
     SearchLimitError
-        If the graph has too many lower sets for "exact", or the time limit passes.
+        If the graph has too many lower sets for "exact" or "contracted"; if the time limit
+        passes before a plan within `budget` is found (the paper model: at all).
+
+    Warns
+    -----
+    TimeLimitWarning
+        If the time limit passed after a plan within `budget` was found: the best one.
 
     References
     ----------
@@ -575,10 +705,11 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
     check_graph(G)
     if model not in MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
-    method = dp.resolve_method(G, method, max_lower_sets, time_limit)
     if model == "paper":
+        limit = None if isinstance(time_limit, str) and time_limit == DEFAULT else time_limit
+        method = dp.resolve_method(G, method, max_lower_sets, limit)
         return dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
-                        time_limit=time_limit)
+                        time_limit=limit)
     if mode != "time":
         if mode in dp.MODES:
             raise ArgumentError("mode='memory' is the paper's memory-centric DP: use "
@@ -586,30 +717,42 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
         raise ArgumentError(f"unknown mode {mode!r}; expected one of {dp.MODES}")
     if budget is not None:
         budget = check_budget(budget)
-    with _searching("solve", progress, time_limit):
-        return _solve(G, budget, method, max_lower_sets, time_limit)
+    deadline = _Deadline(_limit(G, time_limit, method))
+    with _searching("solve", progress, deadline.limit):
+        if budget is None:
+            best = _min_peak(G, method, "step", max_lower_sets, deadline)
+        else:
+            best = _solve(G, budget, dp.resolve_method(G, method, max_lower_sets),
+                          max_lower_sets, deadline)
+    _warn_if_cut(deadline, "solve", G, best)
+    return best
 
 
-def _solve(G, budget, method, max_lower_sets, time_limit):
-    """:func:`solve` under the executor model, `budget` checked (bytes or None)."""
-    deadline = _Deadline(time_limit)
-    if budget is None:
-        return min_peak(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
+def _solve(G, budget, method, max_lower_sets, deadline):
+    """:func:`solve` under the executor model at `budget` (bytes), `method` resolved."""
     front, found = _front_and_search(G, budget, method, max_lower_sets, deadline)
     fits = [s for s in front if _point(s)[1] <= budget]
-    if not fits:
+    if not fits and not deadline.cut:
         raise InfeasibleBudgetError(budget, _point(front[-1])[1], method=method)
-    if _point(fits[0])[0] == 0:
+    if fits and _point(fits[0])[0] == 0:
         return fits[0]
     if found is None:
         found = _bisect(G, budget, method, max_lower_sets, deadline)
-    best = min(fits[:1] + found, key=_point)
-    if method == "exact":
+    found = fits[:1] + found
+    if not found:
+        raise SearchLimitError(
+            f"time limit of {deadline.limit:.3g} s passed before a plan within the budget of "
+            f"{budget:,} bytes was found (the least peak found: {_point(front[-1])[1]:,} "
+            "bytes); pass a larger time_limit or time_limit=None", limit="time_limit")
+    best = min(found, key=_point)
+    if method in _EXHAUSTIVE and not deadline.passed():
         _progress.phase("local search")
         found.append(refine(G, best, budget, deadline=deadline.left))
         best = min([best, found[-1]], key=_point)
+        if deadline.passed():
+            deadline.note_cut()
     _merge(G, method, max_lower_sets, found)
-    best.planner_seconds = time.perf_counter() - deadline.start
+    best.planner_seconds = deadline.elapsed()
     return best
 
 
@@ -624,10 +767,10 @@ def _front_and_search(G, budget, method, max_lower_sets, deadline):
     :func:`_solve` runs it after the front if it needs it. An error in the search stops the
     local search at its next move and is raised; one in the local search is raised when the
     search ends (a time limit stops both)."""
-    if (method != "exact" or (method, max_lower_sets) in G.__dict__.get("_pareto_cache", {})
+    if (method not in _EXHAUSTIVE
+            or (method, max_lower_sets) in G.__dict__.get("_pareto_cache", {})
             or _limits.cores() < 2):
-        return pareto(G, method, max_lower_sets=max_lower_sets,
-                      time_limit=deadline.left()), None
+        return _pareto_front(G, method, max_lower_sets, deadline), None
     pool = _pool_front(G, method, max_lower_sets, deadline)
     fits = [s for s in pool if _point(s)[1] <= budget]
     if not fits or _point(fits[0])[0] == 0:
@@ -665,24 +808,41 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
     exact DP call's iterative deepening is bounded by the optima already found
     (:func:`_paper_time`)."""
     hi = CanonicalStrategy(G, [set(G.labels)]).peak_memory
-    lo = dp.min_budget(G, "approx", max_lower_sets=max_lower_sets, time_limit=deadline.left())
+    lo = _anytime(deadline, lambda: dp.min_budget(G, "approx", max_lower_sets=max_lower_sets,
+                                                  time_limit=deadline.left()))
+    if lo is None:
+        return []
     found, ok, bad = _ladder_and_bisection(G, budget, "approx", lo, hi, max_lower_sets,
                                            deadline)
+    if deadline.passed():
+        return found
     if method == "ordered" and _ordered_differs(G, max_lower_sets, deadline):
-        lo_o = dp.min_budget(G, "ordered", max_lower_sets=max_lower_sets,
-                             time_limit=deadline.left())
+        lo_o = _anytime(deadline, lambda: dp.min_budget(
+            G, "ordered", max_lower_sets=max_lower_sets, time_limit=deadline.left()))
+        if lo_o is None:
+            return found
         found += _ladder_and_bisection(G, budget, "ordered", lo_o, hi, max_lower_sets,
                                        deadline)[0]
-    if method == "exact":
-        _progress.phase("exact DP")
-        lo_e = lo if (_large(G, max_lower_sets) or dp.same_families(
-            G, max_lower_sets, _limits.Deadline(deadline.left()))) else dp.min_budget(
-            G, "exact", max_lower_sets=max_lower_sets, time_limit=deadline.left())
-        more, _, _ = _bisect_family(G, budget, "exact", lo_e, max(lo_e, bad),
+    if method in _EXHAUSTIVE and not deadline.passed():
+        _progress.phase(f"{method} DP")
+        lo_e = _anytime(deadline, _exhaustive_floor, G, method, lo, max_lower_sets, deadline)
+        if lo_e is None:
+            return found
+        more, _, _ = _bisect_family(G, budget, method, lo_e, max(lo_e, bad),
                                     EXACT_BISECTION_STEPS, max_lower_sets, deadline,
                                     start=ok if ok is not None else lo_e)
         found += more
     return found
+
+
+def _exhaustive_floor(G, method, lo, max_lower_sets, deadline):
+    """The least eq. (2) budget the search over the family of `method` probes: its minimal
+    budget, or the pruned family's `lo` where that family is the pruned one or too large for
+    its minimal budget to be worth its passes."""
+    if _large(G, method, max_lower_sets) or dp.same_families(
+            G, max_lower_sets, _limits.Deadline(deadline.left()), method):
+        return lo
+    return dp.min_budget(G, method, max_lower_sets=max_lower_sets, time_limit=deadline.left())
 
 
 def _ladder_and_bisection(G, budget, family, lo, hi, max_lower_sets, deadline):
@@ -710,7 +870,10 @@ def _scan_ladder(G, budget, family, lo, hi, max_lower_sets, deadline):
     budgets = _time_ladder(_ladder(lo, max(lo, hi), LADDER_SIZE))
     found, ok, bad = [], None, hi
     for b in budgets:
-        s = _paper_time(G, family, b, max_lower_sets, deadline)[0]
+        plans = _anytime(deadline, _paper_time, G, family, b, max_lower_sets, deadline)
+        if plans is None:
+            break
+        s = plans[0]
         if _point(s)[1] <= budget:
             found.append(s)
             ok, bad = b, hi
@@ -724,7 +887,7 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
     whose first plan is the DP's optimum. For the exact family it is the DP's whole final
     front (:func:`dp.time_front`): plans that recompute more and cache less, found by the
     same pass."""
-    if family != "exact":
+    if family not in _EXHAUSTIVE:
         return [_paper(G, family, "time", b, max_lower_sets, deadline)]
     cache = G.__dict__.setdefault("_paper_cache", {})
     key = ("front", family, b, max_lower_sets)
@@ -763,7 +926,9 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
     floor = 0   # the DP's least overhead at `bad` (plans below `bad` overhead at least this)
     b = lo if start is None else min(max(start, lo), hi)
     for _ in range(steps + 1):
-        plans = _paper_time(G, family, b, max_lower_sets, deadline)
+        plans = _anytime(deadline, _paper_time, G, family, b, max_lower_sets, deadline)
+        if plans is None:
+            break
         s = plans[0]
         found += [p for p in plans if _point(p)[1] <= budget]
         if _point(s)[1] <= budget:

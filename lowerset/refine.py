@@ -51,6 +51,7 @@ import numpy as np
 from . import _limits
 from ._kernels import closure
 from ._validate import check_budget, check_count
+from .exceptions import SearchLimitError
 from .scheduling import (_drop_rule, _peak_and_cost, dropped_key, dropped_of_labels,
                          known_schedules, remember_schedule, segment_labels)
 from .strategy import CanonicalStrategy
@@ -281,7 +282,9 @@ def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, dea
     max_evaluations : int
         Distinct schedules to compute at most (>= 1).
     deadline : callable, optional
-        Called between moves; raises (:class:`SearchLimitError`) to stop the search.
+        Called between moves; raises :class:`SearchLimitError` to stop the search: with
+        ``limit="time_limit"`` the search returns the best plan found so far, with any other
+        limit the error propagates.
 
     Returns
     -------
@@ -319,13 +322,19 @@ def _climb(graph, run, key, seg, max_evaluations, deadline):
     best = key(*run(seg))
     start, changed, pair_cap = 0, False, None
     while len(run.memo) < max_evaluations:
-        found = _improving_move(graph, run, key, seg, best, start, max_evaluations, deadline)
-        if found is None and len(run.memo) < max_evaluations:
-            # a local optimum of single moves: try two moves in a row, the first one's result
-            # in order of its objective (it need not improve by itself)
-            if pair_cap is None:
-                pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
-            found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
+        try:
+            found = _improving_move(graph, run, key, seg, best, start, max_evaluations,
+                                    deadline)
+            if found is None and len(run.memo) < max_evaluations:
+                # a local optimum of single moves: try two moves in a row, the first one's
+                # result in order of its objective (it need not improve by itself)
+                if pair_cap is None:
+                    pair_cap = min(max_evaluations, len(run.memo) + PAIR_EVALUATIONS)
+                found = _improving_pair(graph, run, key, seg, best, pair_cap, deadline)
+        except SearchLimitError as e:
+            if e.limit != "time_limit":
+                raise
+            break   # the time limit: the best labelling so far
         if found is None:
             break
         seg, best, start = found

@@ -25,10 +25,14 @@ def test_rows(rows):
     json.dumps(rows)
 
 
-def test_time_limit_is_recorded_and_stops_the_family():
-    out = bs.run_all(["resnet"], [30, 60], 1e-9, "approx", log=lambda s: None)
-    assert len(out) == 1 and not out[0]["complete"]
-    assert out[0]["calls"]["min_peak"]["error"] == "time_limit"
+def test_a_call_cut_at_its_time_limit_is_recorded():
+    out = bs.run_all(["resnet"], [30], 1e-9, "approx", log=lambda s: None)
+    calls = out[0]["calls"]
+    assert calls["pareto"]["cut"] == "approx minimal budget"
+    assert calls["pareto"]["peak"] <= out[0]["plain"]   # [V], Chen's, selective: no DP yet
+    assert calls["solve_0.9"].get("error") == "time_limit"   # no plan within it in time
+    assert not out[0]["complete"]
+    assert "(cut)" in bs._cell(calls["pareto"])
 
 
 def test_slopes_targets_report(rows, tmp_path):
@@ -37,7 +41,7 @@ def test_slopes_targets_report(rows, tmp_path):
     s = bs.fits(fake)
     assert s["f"]["slowest"] == pytest.approx(1.0)
     assert bs.targets(fake, s)["f"] == {"t2500": True, "t10000": True, "slope": True,
-                                        "memory10000": True}
+                                        "memory2500": True}
     slopes = bs.fits(rows)
     text = bs.markdown(rows, slopes, bs.targets(rows, slopes), "test machine", 120)
     assert "| transformer | 34 |" in text and "not measured" in text

@@ -213,6 +213,39 @@ def test_ordered_family(g):
     assert set(family) <= set(ls.lower_sets(g))
 
 
+def contracted_family_by_definition(g):
+    """The lower sets of `g` in which a node of no memory with one predecessor is in the set
+    exactly when that predecessor is (networkx), and the pruned sets."""
+    G = g.to_networkx()
+    tied = [(v, next(iter(G.predecessors(v)))) for v in g.labels
+            if g.memory[g.index[v]] == 0 and G.in_degree(v) == 1]
+    whole = {L for L in subset_lower_sets(g) if all((v in L) == (u in L) for v, u in tied)}
+    return whole | set(ls.pruned_lower_sets(g).values()) | {frozenset(g.labels)}
+
+
+@given(dags(max_nodes=12, max_memory=2))
+def test_contracted_family(g):
+    family = ls.contracted_lower_sets(g)
+    assert set(family) == contracted_family_by_definition(g)
+    assert len(family) == len(set(family))
+    assert [len(L) for L in family] == sorted(len(L) for L in family)
+    fam = ls.lowersets.family(g, "contracted")
+    assert {g.nodes_of(ls.lowersets.mask_of_bits(row, g.n)) for row in fam.sets} == set(family)
+
+
+def test_contraction_follows_chains_of_views():
+    """a owns a buffer, b is a view of a and c a view of b, d has its own memory: b and c join
+    a's group; the quotient has a -> d."""
+    g = ls.Graph(list("abcd"), [("a", "b"), ("b", "c"), ("c", "d")], dict.fromkeys("abcd", 2),
+                 dict(a=8, b=0, c=0, d=8))
+    group, quotient = ls.lowersets.contraction(g)
+    assert [g.labels[int(r)] for r in group] == ["a", "a", "a", "d"]
+    assert quotient.n == 2 and list(quotient.edges) == [(0, 3)]
+    assert quotient.cost.tolist() == [6, 2] and quotient.memory.tolist() == [8, 8]
+    assert [sorted(L) for L in ls.contracted_lower_sets(g)] == [
+        [], ["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]]
+
+
 def test_ordered_family_of_parallel_branches():
     """Two branches a->b and c->d listed branch after branch: the graph's order finishes a's
     branch first ({a, b}, {a, b, c}); the generations order starts both ({a, c}, {a, b, c})."""

@@ -176,24 +176,33 @@ class TestErrors:
                        dict.fromkeys(range(20), 1), dict.fromkeys(range(20), 1))
         with pytest.raises(ls.SearchLimitError):
             ls.pareto(fan, "exact", max_lower_sets=100)
-        with pytest.raises(ls.SearchLimitError):
-            ls.pareto(ls.Graph.chain(30), "exact", time_limit=1e-9)
+        with pytest.warns(ls.TimeLimitWarning, match="pareto reached its time limit"):
+            front = ls.pareto(ls.Graph.chain(30), "exact", time_limit=1e-9)
+        assert front[0].schedule.recompute_cost == 0    # [V] at least
 
 
-def test_auto_method_is_exact_up_to_max_lower_sets_then_approx():
-    small, wide = fan(5), fan(17)      # 34 and 131,074 lower sets
-    assert ls.resolve_method(small, "auto") == "exact"
-    assert ls.resolve_method(small, "auto", max_lower_sets=34) == "exact"
+def test_auto_method_is_contracted_up_to_its_limit_then_approx(monkeypatch):
+    from lowerset import dp
+
+    small, wide = fan(5), fan(17)      # 34 and 131,074 lower sets, no memoryless node
+    assert ls.resolve_method(small, "auto") == "contracted"
+    assert ls.resolve_method(small, "auto", max_lower_sets=34) == "contracted"
     assert ls.resolve_method(small, "auto", max_lower_sets=33) == "approx"
+    monkeypatch.setattr(dp, "AUTO_MAX_SETS", 33)
+    assert ls.resolve_method(small, "auto") == "approx"
+    monkeypatch.undo()
     assert ls.resolve_method(wide, "auto") == "approx"
     assert ls.resolve_method(wide, "exact") == ls.resolve_method(small, "exact") == "exact"
-    # the default searches as "exact" does where it can (the same cached front) ...
-    assert all(a is b for a, b in zip(ls.pareto(small), ls.pareto(small, "exact")))
+    # no node without memory: the contracted family is all lower sets, the plans exact's
+    assert len(ls.contracted_lower_sets(small)) == ls.count_lower_sets(small)
+    assert _front_figures(ls.pareto(small)) == _front_figures(ls.pareto(small, "exact"))
     assert all(a is b for a, b in zip(ls.pareto(small, max_lower_sets=33),
                                       ls.pareto(small, "approx", max_lower_sets=33)))
-    # ... and as "approx" does where "exact" refuses the graph
+    # ... and as "approx" does where the contracted family is too large
     with pytest.raises(ls.SearchLimitError, match="max_lower_sets=50000"):
         ls.min_peak(wide, "exact")
+    with pytest.raises(ls.SearchLimitError, match="memoryless nodes contracted"):
+        ls.min_peak(wide, "contracted")
     least = ls.min_peak(wide)
     assert least.schedule.peak == ls.min_peak(wide, "approx").schedule.peak
     budget = (least.schedule.peak + ls.schedule(wide).peak) // 2
@@ -203,6 +212,28 @@ def test_auto_method_is_exact_up_to_max_lower_sets_then_approx():
     assert ls.solve(wide, model="paper").peak_memory == ls.min_budget(wide, "approx")
     with pytest.raises(ls.ArgumentError, match="unknown method 'greedy'.*'auto'"):
         ls.resolve_method(small, "greedy")
+
+
+def test_the_contracted_family_plans_as_exact_where_views_do_not_matter():
+    """Blocks of a base and two branches, each a node, a view of it (no memory) and a node,
+    joined: the contracted family keeps each view with the node it reads, and the planner's
+    least peak and its plans at three budgets equal the exact family's."""
+    edges, memory, prev = [], {}, None
+    for b in range(4):
+        base, x1, v1, y1, x2, v2, y2, join = (8 * b + i for i in range(8))
+        edges += [(base, x1), (x1, v1), (v1, y1), (base, x2), (x2, v2), (v2, y2), (y1, join),
+                  (y2, join)] + ([] if prev is None else [(prev, base)])
+        memory.update({base: 40, x1: 24 + b, v1: 0, y1: 16, x2: 32, v2: 0, y2: 8, join: 40})
+        prev = join
+    g = ls.Graph(sorted(memory), edges, {v: 1 + v % 3 for v in memory}, memory)
+    assert len(ls.contracted_lower_sets(g)) < ls.count_lower_sets(g)
+    exact, contracted = ls.min_peak(g, "exact"), ls.min_peak(g, "contracted")
+    assert contracted.schedule.peak == exact.schedule.peak
+    plain = ls.schedule(g).peak
+    for f in (0.9, 0.75, 0.6):
+        b = int(exact.schedule.peak + f * (plain - exact.schedule.peak))
+        assert (ls.solve(g, b, method="contracted").schedule.recompute_cost
+                == ls.solve(g, b, method="exact").schedule.recompute_cost)
 
 
 def test_planner_on_the_authors_graphs(cg_graph):
@@ -315,13 +346,13 @@ def test_an_error_in_a_pass_stops_the_others(monkeypatch):
 
     def failing(G, fam, mode, b, max_lower_sets, deadline):
         calls.append(b)
-        raise ls.SearchLimitError("out of time", limit="time_limit")
+        raise ls.SearchLimitError("out of memory", limit="memory")
 
     monkeypatch.setattr(planner, "_paper", failing)
     monkeypatch.setattr(_limits, "cores", lambda: 2)
     chain = [("approx", "time", b) for b in (10, 20, 30)]
-    with pytest.raises(ls.SearchLimitError, match="out of time"):
-        planner._run_chains(ls.Graph.chain(4, memory=10), [chain], 10, None)
+    with pytest.raises(ls.SearchLimitError, match="out of memory"):
+        planner._run_chains(ls.Graph.chain(4, memory=10), [chain], 10, planner._Deadline(None))
     assert calls == [10]
 
 
@@ -352,32 +383,6 @@ def test_threads_variable(monkeypatch):
         monkeypatch.setenv("LOWERSET_THREADS", bad)
         with pytest.raises(ls.ArgumentError, match="LOWERSET_THREADS"):
             ls.pareto(g.with_facts(g.facts), "exact")
-
-
-def test_min_peak_gives_its_solve_only_the_time_left(monkeypatch):
-    """One time limit for the whole call: min_peak's solve gets what pareto left of it."""
-    import time
-
-    from lowerset import planner
-
-    g = ls.Graph.chain(12, memory=10)
-    real_pareto, real_solve, given = planner.pareto, planner.solve, []
-
-    def slow_pareto(*args, **kwargs):
-        out = real_pareto(*args, **kwargs)
-        time.sleep(0.5)
-        return out
-
-    def spying_solve(*args, **kwargs):
-        given.append(kwargs["time_limit"])
-        return real_solve(*args, **kwargs)
-
-    monkeypatch.setattr(planner, "pareto", slow_pareto)
-    monkeypatch.setattr(planner, "solve", spying_solve)
-    ls.min_peak(g, time_limit=30.0)
-    assert given and given[0] <= 29.5
-    with pytest.raises(ls.SearchLimitError, match="time limit of 0.3 s"):
-        ls.min_peak(g, time_limit=0.3)
 
 
 def _inception_like():

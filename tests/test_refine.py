@@ -167,13 +167,33 @@ def test_refine_returns_the_start_when_nothing_improves():
 
 
 def test_refine_stops_when_the_deadline_raises():
+    """The time limit: the best plan found so far (here after one improving move); any other
+    limit propagates."""
     g = ls.Graph.chain(30, memory=10)
+    start = ls.CanonicalStrategy(g, [set(range(30))])
+    calls = []
 
-    def deadline():
-        raise ls.SearchLimitError("stop", limit="time_limit")
+    def key(s):
+        return s.schedule.peak, s.schedule.recompute_cost
 
-    with pytest.raises(ls.SearchLimitError):
-        refine(g, ls.CanonicalStrategy(g, [set(range(30))]), deadline=deadline)
+    for after in (1, 50):
+        calls.clear()
+
+        def deadline():
+            calls.append(1)
+            if len(calls) > after:
+                raise ls.SearchLimitError("stop", limit="time_limit")
+
+        cut = refine(g, start, deadline=deadline)
+        assert len(calls) == after + 1          # no move after the limit
+        assert key(refine(g, start)) <= key(cut) <= key(start)
+    assert key(cut) < key(start)                # 50 moves improve on [V]
+
+    def stopped():
+        raise ls.SearchLimitError("stopped", limit="stopped")
+
+    with pytest.raises(ls.SearchLimitError, match="stopped"):
+        refine(g, start, deadline=stopped)
 
 
 @pytest.mark.parametrize("bad, err", [(-1, ls.ArgumentError), (float("nan"), ls.ArgumentError)])
