@@ -30,8 +30,7 @@ def test_a_call_cut_at_its_time_limit_is_recorded():
     calls = out[0]["calls"]
     assert calls["pareto"]["cut"] == "approx minimal budget"
     assert calls["pareto"]["peak"] <= out[0]["plain"]   # [V], Chen's, selective: no DP yet
-    assert calls["solve_0.9"].get("error") == "time_limit"   # no plan within it in time
-    assert not out[0]["complete"]
+    assert calls["solve_0.9"]["cut"] and calls["solve_0.9"]["peak"] <= calls["solve_0.9"]["budget"]
     assert "(cut)" in bs._cell(calls["pareto"])
 
 
