@@ -28,7 +28,7 @@ METHODS = ("exact", "approx", "ordered", "contracted")
 AUTO = "auto"
 #: The largest contracted family (lower sets) "auto" searches exactly (see the planner page of
 #: the docs for the times that set it).
-AUTO_MAX_SETS = 50_000
+AUTO_MAX_SETS = 20_000
 # the families whose DP searches every lower set of a graph (of G, of its quotient)
 _EXHAUSTIVE = ("exact", "contracted")
 

@@ -525,13 +525,13 @@ def contracted_lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
 
     Examples
     --------
-    ``b`` is a view of ``a`` (no memory of its own): no set holds ``a`` without ``b`` but the
-    pruned set L_a.
+    ``b`` is a view of ``a`` (no memory of its own) that ``d`` reads; ``c`` and ``e`` read
+    ``a``. A set holds ``a`` without ``b`` only where it is a pruned set (L_a, L_c, L_e):
 
-    >>> g = ls.Graph(["a", "b", "c"], [("a", "b"), ("a", "c")], cost=dict(a=1, b=1, c=1),
-    ...              memory=dict(a=4, b=0, c=4))
-    >>> [sorted(L) for L in ls.contracted_lower_sets(g)]
-    [[], ['a'], ['a', 'b'], ['a', 'b', 'c']]
+    >>> g = ls.Graph(list("abcde"), [("a", "b"), ("b", "d"), ("a", "c"), ("a", "e")],
+    ...              cost=dict.fromkeys("abcde", 1), memory=dict(a=4, b=0, c=4, d=4, e=4))
+    >>> sorted(map(sorted, set(ls.lower_sets(g)) - set(ls.contracted_lower_sets(g))))
+    [['a', 'c', 'e']]
     """
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
     return _to_frozensets(G, _by_size(_contracted_bits(G, max_lower_sets, _limits.NO_DEADLINE)))

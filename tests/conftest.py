@@ -36,6 +36,20 @@ def fan(width):
     return ls.Graph(list(range(n)), edges, dict.fromkeys(range(n), 1), dict.fromkeys(range(n), 10))
 
 
+def contracted_family_by_definition(g):
+    """The lower sets of `g` in which a node of no memory with one predecessor is in the set
+    exactly when that predecessor is (networkx), and the pruned sets."""
+    import networkx as nx
+    from lowerset.bruteforce import subset_lower_sets
+
+    G = g.to_networkx()
+    tied = [(v, next(iter(G.predecessors(v)))) for v in g.labels
+            if g.memory[g.index[v]] == 0 and G.in_degree(v) == 1]
+    whole = {L for L in subset_lower_sets(g) if all((v in L) == (u in L) for v, u in tied)}
+    pruned = {frozenset(nx.ancestors(G, v) | {v}) for v in g.labels}
+    return whole | pruned | {frozenset(g.labels)}
+
+
 def ordered_family_by_definition(g):
     """The ordered family from its definition, with networkx: ∅, V, every L_v (the node and
     its ancestors), and the prefixes of two orders, the graph's (its labels) and networkx's

@@ -22,7 +22,7 @@ import lowerset as ls
 from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
                                  brute_time_centric, sequence_cost, subset_lower_sets)
 
-from conftest import ordered_family_by_definition
+from conftest import contracted_family_by_definition, ordered_family_by_definition
 from strategies import dags, examples, wide_dags
 
 
@@ -135,8 +135,9 @@ def check_strategy(g, s, budget, mode, method):
     assert (s.overhead, s.peak_memory) == (overhead, peak)
     assert s.memory_profile == profile_by_definition(g, seq)
     assert peak <= budget
-    if method in ("approx", "ordered"):
-        fam = set(approx_family(g) if method == "approx" else ordered_family_by_definition(g))
+    if method in ("approx", "ordered", "contracted"):
+        fam = set(approx_family(g) if method == "approx" else ordered_family_by_definition(g)
+                  if method == "ordered" else contracted_family_by_definition(g))
         assert all(L in fam for L in s.lower_sets)
 
 
@@ -152,6 +153,8 @@ def check_against_bruteforce(g, method):
         family = approx_family(g)
     elif method == "ordered":
         family = list(ordered_family_by_definition(g))
+    elif method == "contracted":
+        family = list(contracted_family_by_definition(g))
     seqs = all_sequences(g, family=family)
     _note(f"{len(seqs)} sequences")
     best = brute_min_budget(g, sequences=seqs)
@@ -252,6 +255,13 @@ def test_exact_equals_bruteforce_7_nodes(g):
 def test_exact_equals_bruteforce_wide_ranges(g):
     """Larger costs exercise the time-centric iterative deepening on the overhead cap."""
     check_against_bruteforce(g, "exact")
+
+
+@settings(max_examples=examples(2))
+@given(dags(max_nodes=7, max_memory=2))
+def test_contracted_equals_bruteforce_on_its_family(g):
+    """Memory drawn from 0..2 bytes: a third of the nodes own none and join their input."""
+    check_against_bruteforce(g, "contracted")
 
 
 @settings(max_examples=examples(2))

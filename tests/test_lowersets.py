@@ -15,7 +15,7 @@ from hypothesis import given, note, settings, strategies as st
 import lowerset as ls
 from lowerset.bruteforce import subset_lower_sets
 
-from conftest import ordered_family_by_definition
+from conftest import contracted_family_by_definition, ordered_family_by_definition
 from strategies import dags, examples, wide_dags
 
 
@@ -211,16 +211,6 @@ def test_ordered_family(g):
     assert len(family) == len(set(family)) <= 3 * g.n + 2
     assert [len(L) for L in family] == sorted(len(L) for L in family)
     assert set(family) <= set(ls.lower_sets(g))
-
-
-def contracted_family_by_definition(g):
-    """The lower sets of `g` in which a node of no memory with one predecessor is in the set
-    exactly when that predecessor is (networkx), and the pruned sets."""
-    G = g.to_networkx()
-    tied = [(v, next(iter(G.predecessors(v)))) for v in g.labels
-            if g.memory[g.index[v]] == 0 and G.in_degree(v) == 1]
-    whole = {L for L in subset_lower_sets(g) if all((v in L) == (u in L) for v, u in tied)}
-    return whole | set(ls.pruned_lower_sets(g).values()) | {frozenset(g.labels)}
 
 
 @given(dags(max_nodes=12, max_memory=2))
