@@ -9,29 +9,30 @@ without the dropped values no backward step reads).
 
 :func:`pareto` builds a pool of canonical strategies and keeps the trade-off front of (overhead,
 peak); :func:`min_peak` is its least peak. The pool holds the strategy [V] (no recomputation),
-Chen's sqrt(n), the plan of least eq. (2) peak (:func:`lowerset.min_budget`), and the paper's DP
-at a ladder of eq. (2) budgets from its minimal budget to the eq. (2) peak of [V], in both
-modes: the time-centric DP gives the fine partitions and the memory-centric one the coarse
-partitions that liveness analysis favours (the "trial and error" of Sec. 4.4, done with the
-schedule), and selective checkpointing's strategies
-(:func:`lowerset.baselines.selective_family`: segments ending at the expensive nodes, whose
-outputs stay, with the cheap nodes between them recomputed), which eq. (2) does not favour.
-The pruned family (Sec. 4.3) always joins the pool. With ``method="ordered"`` the ordered
-family (:func:`lowerset.ordered_lower_sets`: the pruned sets and the prefixes of two
-topological orders) joins it too (its passes cost more: "auto" does not pick it); with
-``method="exact"``, all lower sets (Sec. 4.2) where there are at most 5,000 of them, because
-one exact DP pass over 10^4 lower sets takes about a second. The pool's DP passes run on a
-thread per core (:func:`_run_chains`).
+Chen's sqrt(n), the plan of least eq. (2) peak (:func:`lowerset.min_budget`), selective
+checkpointing's strategies (:func:`lowerset.baselines.selective_family`: segments ending at the
+expensive nodes, whose outputs stay, with the cheap nodes between them recomputed), and the
+paper's DP over the pruned family (Sec. 4.3) at a ladder of eq. (2) budgets from its minimal
+budget to the eq. (2) peak of [V], in both modes: the time-centric DP gives the fine partitions
+and the memory-centric one the coarse partitions that liveness analysis favours (the "trial
+and error" of Sec. 4.4, done with the schedule). With ``method="ordered"`` the ordered family
+(:func:`lowerset.ordered_lower_sets`) joins the ladder; with an exhaustive method ("exact": all
+lower sets, Sec. 4.2; "contracted", the default's where it is small enough: the lower sets
+that keep each memoryless node with its input, :func:`lowerset.contracted_lower_sets`) its
+family joins the memory-centric ladder where it has at most 5,000 sets. The pool's DP passes
+run on a thread per core (:func:`_run_chains`).
 :func:`solve` takes the least overhead on that front within the budget, then searches the
 time-centric DP's eq. (2) budget for the largest one whose plan still fits the device budget
 (its overhead decreases as the eq. (2) budget grows): the ladder and a bisection above its
 largest fitting budget over the pruned family, the same over the ordered family ("ordered"),
-or (exact) a descent from the pruned family's answer
-over all lower sets, where every plan on the DP's final front (:func:`lowerset.dp.time_front`)
-is a candidate. With ``method="exact"``, :func:`pareto` then improves its least-peak plan and
-:func:`solve` its answer by local search over lower-set sequences judged by the schedule
+and with an exhaustive method a descent from the pruned family's answer over its family,
+where every plan on the DP's final front (:func:`lowerset.dp.time_front`) is a candidate. With
+an exhaustive method, :func:`pareto` then improves its least-peak plan and :func:`solve` its
+answer by local search over lower-set sequences judged by the schedule
 (:func:`lowerset.refine.refine`). These are searches, not an optimum over all lower-set
-sequences. ``min_peak(G, measure="activations")`` runs the same search on the graph with
+sequences. Each public call has one time limit (:func:`default_time_limit`): a step it cuts
+ends, and the call returns the best plan found with a :class:`TimeLimitWarning`.
+``min_peak(G, measure="activations")`` runs the same search on the graph with
 :func:`lowerset.activation_facts`, the paper's memory (no parameters, their gradients or
 workspace), and returns the plan on `G`.
 """
@@ -501,7 +502,7 @@ def _pareto(G, method, max_lower_sets, deadline, check=None):
         _progress.phase("local search")
         front = _front(front + [refine(G, front[-1], deadline=check or deadline.left)])
         if deadline.passed():
-            deadline.note_cut()
+            deadline.note_cut("local search")
     elapsed = deadline.elapsed()
     for s in front:
         s.planner_seconds = elapsed
@@ -750,7 +751,7 @@ def _solve(G, budget, method, max_lower_sets, deadline):
         found.append(refine(G, best, budget, deadline=deadline.left))
         best = min([best, found[-1]], key=_point)
         if deadline.passed():
-            deadline.note_cut()
+            deadline.note_cut("local search")
     _merge(G, method, max_lower_sets, found)
     best.planner_seconds = deadline.elapsed()
     return best

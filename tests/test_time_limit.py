@@ -116,3 +116,14 @@ def test_another_error_in_a_pass_is_raised(monkeypatch):
     chain = [("approx", "time", b) for b in (10, 20)]
     with pytest.raises(RuntimeError, match="a bug"):
         planner._run_chains(ls.Graph.chain(4, memory=10), [chain], 10, planner._Deadline(None))
+
+
+def test_the_default_limit_applies_without_an_argument(monkeypatch):
+    monkeypatch.setattr(planner, "DEFAULT_SECONDS", 1e-6)
+    g = _graph(10)
+    with pytest.warns(ls.TimeLimitWarning, match="time limit of 1e-06 s"):
+        ls.min_peak(g)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ls.TimeLimitWarning)
+        ls.min_peak(_graph(10), "exact")     # no default limit for the exact search
+        ls.min_peak(_graph(10), time_limit=None)
