@@ -24,11 +24,8 @@ __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
 MODES = ("time", "memory")
 METHODS = ("exact", "approx", "ordered", "contracted")
 #: The method that picks "contracted" where the graph's contracted family has at most
-#: :data:`AUTO_MAX_SETS` lower sets, else "approx" (:func:`resolve_method`).
+#: ``max_lower_sets`` lower sets, else "approx" (:func:`resolve_method`).
 AUTO = "auto"
-#: The largest contracted family (lower sets) "auto" searches exactly (see the planner page of
-#: the docs for the times that set it).
-AUTO_MAX_SETS = 20_000
 # the families whose DP searches every lower set of a graph (of G, of its quotient)
 _EXHAUSTIVE = ("exact", "contracted")
 
@@ -78,8 +75,8 @@ def _check_method(method):
 @requires_graph
 def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
     """Return `method`, with "auto" replaced by "contracted" where the quotient of `G`
-    (:func:`lowerset.lowersets.contraction`) has at most `max_lower_sets` and
-    :data:`AUTO_MAX_SETS` lower sets, else by "approx" (the pruned family, Sec. 4.3).
+    (:func:`lowerset.lowersets.contraction`) has at most `max_lower_sets` lower sets, else by
+    "approx" (the pruned family, Sec. 4.3).
 
     The lower sets are counted without being stored, and the count stops at the limit.
 
@@ -125,7 +122,7 @@ def _resolve(G, method, max_lower_sets, deadline):
     if method != AUTO:
         return method
     try:
-        _contracted_count(G, min(max_lower_sets, AUTO_MAX_SETS), deadline)
+        _contracted_count(G, max_lower_sets, deadline)
     except SearchLimitError as e:
         if e.limit != "max_lower_sets":
             raise

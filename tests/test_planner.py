@@ -181,16 +181,11 @@ class TestErrors:
         assert front[0].schedule.recompute_cost == 0    # [V] at least
 
 
-def test_auto_method_is_contracted_up_to_its_limit_then_approx(monkeypatch):
-    from lowerset import dp
-
+def test_auto_method_is_contracted_up_to_max_lower_sets_then_approx():
     small, wide = fan(5), fan(17)      # 34 and 131,074 lower sets, no memoryless node
     assert ls.resolve_method(small, "auto") == "contracted"
     assert ls.resolve_method(small, "auto", max_lower_sets=34) == "contracted"
     assert ls.resolve_method(small, "auto", max_lower_sets=33) == "approx"
-    monkeypatch.setattr(dp, "AUTO_MAX_SETS", 33)
-    assert ls.resolve_method(small, "auto") == "approx"
-    monkeypatch.undo()
     assert ls.resolve_method(wide, "auto") == "approx"
     assert ls.resolve_method(wide, "exact") == ls.resolve_method(small, "exact") == "exact"
     # no node without memory: the contracted family is all lower sets, the plans exact's
