@@ -11,7 +11,7 @@ Default arguments everywhere (the planner's default time limit).
 Usage::
 
     python examples/bench_hf.py [--size cpu] [--models gpt2 t5] [--rounds 7]
-        [--out results/bench_hf]
+        [--out results/bench_hf] [--from-json results/bench_hf.json]
 
 writes ``<out>.json`` and ``<out>.md`` and prints the Markdown.
 """
@@ -59,7 +59,6 @@ def _measure(model, step, ctx_factory):
 
 
 def bench(name, attention, size, rounds):
-    torch.set_num_threads(1)
     model, step = hf_models.build(name, attention, size)
     graph = torch_ext.trace(step, model=model)
     resident = graph.facts.resident
@@ -141,7 +140,16 @@ def main(argv=None):
                     choices=hf_models.ATTENTIONS)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "bench_hf")
+    ap.add_argument("--from-json", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.from_json:
+        data = json.loads(args.from_json.read_text())
+        text = markdown(data["rows"], machine_line(data["machine"]), data["size"],
+                        data["rounds"])
+        print(text)
+        args.out.with_suffix(".md").write_text(text)
+        return 0
+    torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
     rows = []
     for name in args.models:
