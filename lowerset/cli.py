@@ -85,7 +85,9 @@ def build_parser():
                            help="executor: whole-step device bytes as the schedule predicts "
                                 "them (default); paper: the paper's eq. (2)")
         q.add_argument("--time-limit", type=_positive_float, metavar="SECONDS",
-                       help="stop the search after this many seconds")
+                       help="stop the search after this many seconds and keep the best plan "
+                            "found (default: lowerset.default_time_limit; none for "
+                            "--method exact)")
         q.add_argument("--no-progress", action="store_true",
                        help="no progress bar even on a terminal")
 
@@ -246,6 +248,11 @@ def _infeasible(e, model):
             f"{e.min_budget} or more")
 
 
+def _planner_limit(a):
+    """The `time_limit` of a planner call: --time-limit, else the planner's default."""
+    return "default" if a.time_limit is None else a.time_limit
+
+
 def _resolve_method(a, g):
     """Replace ``a.method`` "auto" by the method it picks for `g` (printed in the summaries)."""
     from .dp import resolve_method
@@ -265,7 +272,7 @@ def cmd_plan(a, out):
     with progress(f"planning {os.path.basename(a.graph)}", not a.no_progress):
         try:
             s = solve(g, a.budget, mode=a.mode, method=a.method, model=a.model,
-                      time_limit=a.time_limit)
+                      time_limit=_planner_limit(a))
         except InfeasibleBudgetError as e:
             raise CommandError(_infeasible(e, a.model)) from None
     data = s.to_dict()
@@ -368,7 +375,7 @@ def cmd_pareto(a, out):
     g = read_graph(a.graph)
     _resolve_method(a, g)
     with progress(f"pareto {os.path.basename(a.graph)}", not a.no_progress):
-        front = pareto(g, a.method, time_limit=a.time_limit)
+        front = pareto(g, a.method, time_limit=_planner_limit(a))
         others = {"Chen's sqrt(n)": baselines.chen_sqrtn(g)}
         for mode, tag in (("time", "TC"), ("memory", "MC")):
             others[f"paper {a.method} DP+{tag} @min eq.(2)"] = solve(
@@ -444,7 +451,7 @@ def cmd_min_budget(a, out):
         else:
             from .planner import min_peak
 
-            b = min_peak(g, a.method, time_limit=a.time_limit).schedule.peak
+            b = min_peak(g, a.method, time_limit=_planner_limit(a)).schedule.peak
             what = "least whole-step peak"
     out.write(f"{b}\n")
     sys.stderr.write(f"{what} ({a.method}): {_fmt(b)}\n")

@@ -498,9 +498,10 @@ def _pareto(G, method, max_lower_sets, deadline, check=None):
     pool's front, then with an exhaustive method its least-peak plan improved by local search
     (`check`, called between its moves, may raise to stop it; default ``deadline.left``)."""
     front = _pool_front(G, method, max_lower_sets, deadline)
-    if method in _EXHAUSTIVE and not deadline.passed():
-        _progress.phase("local search")
-        front = _front(front + [refine(G, front[-1], deadline=check or deadline.left)])
+    if method in _EXHAUSTIVE:
+        if not deadline.passed():
+            _progress.phase("local search")
+            front = _front(front + [refine(G, front[-1], deadline=check or deadline.left)])
         if deadline.passed():
             deadline.note_cut("local search")
     elapsed = deadline.elapsed()
@@ -746,10 +747,11 @@ def _solve(G, budget, method, max_lower_sets, deadline):
             f"{budget:,} bytes was found (the least peak found: {_point(front[-1])[1]:,} "
             "bytes); pass a larger time_limit or time_limit=None", limit="time_limit")
     best = min(found, key=_point)
-    if method in _EXHAUSTIVE and not deadline.passed():
-        _progress.phase("local search")
-        found.append(refine(G, best, budget, deadline=deadline.left))
-        best = min([best, found[-1]], key=_point)
+    if method in _EXHAUSTIVE:
+        if not deadline.passed():
+            _progress.phase("local search")
+            found.append(refine(G, best, budget, deadline=deadline.left))
+            best = min([best, found[-1]], key=_point)
         if deadline.passed():
             deadline.note_cut("local search")
     _merge(G, method, max_lower_sets, found)
