@@ -41,7 +41,6 @@ import concurrent.futures
 import contextlib
 import math
 import threading
-import time
 import warnings
 
 from . import _limits, _progress, dp
@@ -131,18 +130,14 @@ def _limit(G, time_limit, method):
     return check_time_limit(time_limit)
 
 
-class _Deadline:
+class _Deadline(_limits.Deadline):
     """The time limit of one public planner call, shared by every step in it. Past it,
     :meth:`left` raises SearchLimitError; a step run by :func:`_anytime` then ends, the
     deadline notes it in :attr:`cut`, and the call returns the best plan found so far."""
 
     def __init__(self, time_limit):
-        self.start = time.perf_counter()
-        self.limit = time_limit
+        super().__init__(time_limit)
         self.cut = []
-
-    def elapsed(self):
-        return time.perf_counter() - self.start
 
     def passed(self):
         return self.limit is not None and self.elapsed() >= self.limit
@@ -194,7 +189,7 @@ def _searching(desc, progress, time_limit):
     """Run a public planner call: its progress bar, and a time limit passed inside a DP pass
     named as the caller's `time_limit` (the pass itself only had the seconds left): raised
     where the call found no plan to return."""
-    start = time.perf_counter()
+    start = _limits.clock()
     try:
         with _progress.progress(desc, progress):
             yield
@@ -202,7 +197,7 @@ def _searching(desc, progress, time_limit):
         head = f"time limit of {time_limit:.3g} s" if time_limit is not None else None
         if e.limit != "time_limit" or head is None or str(e).startswith(head):
             raise
-        raise SearchLimitError(f"{head} exceeded after {time.perf_counter() - start:.3g} s in "
+        raise SearchLimitError(f"{head} exceeded after {_limits.clock() - start:.3g} s in "
                                f"{desc} (its last step: {e})", limit="time_limit") from e
 
 
