@@ -53,7 +53,8 @@ def _config(name, attention, s):
 
 def build(name, attention="eager", size="test", seed=0):
     """``(model, step)``: the model `name` in training mode and a step that returns its loss
-    on a fixed random batch (token ids, an attention mask of ones, labels)."""
+    on a fixed random batch (token ids, labels), ``step(attention_mask=None)``: a mask of ones
+    where None (no padding)."""
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; expected one of {ATTENTIONS}")
     import torch
@@ -73,7 +74,20 @@ def build(name, attention="eager", size="test", seed=0):
     mask = torch.ones_like(ids)
     labels = torch.randint(1, s["vocab"], (s["batch"], s["tokens"]), generator=gen)
 
-    def step():
-        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    def step(attention_mask=None):
+        attention_mask = mask if attention_mask is None else attention_mask
+        return model(input_ids=ids, attention_mask=attention_mask, labels=labels).loss
 
     return model, step
+
+
+def padding_mask(size="test", padded=((0, 3),)):
+    """An attention mask for :func:`build`'s batch of `size`: ones, but zeros on the last
+    ``n`` tokens of each ``(row, n)`` of `padded` (a batch of padded texts)."""
+    import torch
+
+    s = SIZES[size]
+    mask = torch.ones(s["batch"], s["tokens"], dtype=torch.long)
+    for row, n in padded:
+        mask[row, s["tokens"] - n:] = 0
+    return mask

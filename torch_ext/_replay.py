@@ -59,6 +59,12 @@ class ForwardCheck:
         self.position = 0
         self.nodes_seen = 0
 
+    def same_operations(self, other):
+        """Whether `other` checks the same sequence of operations, with the same argument and
+        output signatures."""
+        return (self.sequence, self._in_sig, self._out_sig) == (
+            other.sequence, other._in_sig, other._out_sig)
+
     def enter(self):
         """Note the autocast state as the executor's block is entered (outside any dispatched
         operation, where PyTorch reports it reliably)."""
@@ -138,9 +144,6 @@ class ForwardCheck:
                 f"{list(self._out_sig[v])}: {cause or _GENERIC}", position=v)
         self.nodes_seen = v + 1
         return _ops.output_bytes(outs, tensors)
-
-    def after_absorbed(self, out):
-        """An absorbed operation ran (nothing to keep: its outputs are external arrays)."""
 
 
 #: The causes a mismatch may have when none shows in particular.

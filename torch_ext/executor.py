@@ -31,7 +31,8 @@ import lowerset
 from . import _ops
 from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
-from ._replay import Call, ForwardCheck
+from ._branches import Branches
+from ._replay import Call
 from .exceptions import HookUsageError, RecomputationError, StrategyMismatchError
 
 __all__ = ["RecomputeContext"]
@@ -66,11 +67,21 @@ class RecomputeContext:
     block may hold several steps (the next dispatch of the graph's first operation starts the
     next one), and one context may be entered again for each step.
 
+    A step whose code branches on its batch's values runs other operations on other batches
+    of one shape (Hugging Face models skip the attention mask where a batch has no padding).
+    Give such a step a strategy per branch, each planned on a trace of a batch that takes it
+    (within the same budget): the context checks each operation of the forward pass against
+    every branch's graph still open and runs the schedule of the one the step takes. Until
+    the step shows its branch (its first operation that differs), the context drops nothing
+    (the drops of the operations before, where the schedules have any, run then).
+
     Parameters
     ----------
-    strategy : lowerset.CanonicalStrategy or None
-        Planned on a graph from :func:`torch_ext.trace` (or that graph loaded from JSON).
-        ``None`` (with `graph`) recomputes nothing: liveness analysis only (the strategy [V]).
+    strategy : lowerset.CanonicalStrategy, sequence of them, or None
+        Planned on a graph from :func:`torch_ext.trace` (or that graph loaded from JSON); a
+        sequence holds one strategy per branch of the step's code (where several graphs
+        match a whole step, the first is run). ``None`` (with `graph`) recomputes nothing:
+        liveness analysis only (the strategy [V]).
     record : bool
         Keep the events executed in :attr:`events` (bytes measured on the real tensors), to
         compare with ``lowerset.schedule(strategy).events``.
@@ -93,7 +104,8 @@ class RecomputeContext:
     ----------
     strategy : lowerset.CanonicalStrategy
     schedule : lowerset.Schedule
-        What the context executes.
+        What the context executes: of the branch the step under way (or the last one) takes,
+        the first strategy's before a step shows its branch.
     events : list of lowerset.Event
         With ``record=True``: the events of the last step, as executed.
     last_step : dict
@@ -102,10 +114,12 @@ class RecomputeContext:
     Raises
     ------
     TypeError
-        If `strategy` is not a CanonicalStrategy (or None without `graph`).
+        If `strategy` is not a CanonicalStrategy or a non-empty sequence of them (or None
+        without `graph`).
     StrategyMismatchError
-        If the strategy's graph was not recorded by :func:`torch_ext.trace`; while running,
+        If a strategy's graph was not recorded by :func:`torch_ext.trace`; while running,
         before anything is dropped for an operation, if the operation differs from the graph
+        (from every branch's graph, the first one's difference reported)
         (name, argument shapes, dtypes, devices, wiring, outputs, number of operations: a
         data-dependent branch took another way, the model moved to another device), or
         autograd runs the backward calls in another order. The message names the likely
@@ -142,22 +156,11 @@ class RecomputeContext:
     """
 
     def __init__(self, strategy=None, *, record=False, graph=None, model=None, check=False):
-        if strategy is None:
-            if graph is None:
-                raise TypeError("RecomputeContext(None) needs graph= (liveness analysis only)")
-            strategy = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
-        if not isinstance(strategy, lowerset.CanonicalStrategy):
-            raise TypeError(f"strategy must be a lowerset.CanonicalStrategy, got "
-                            f"{type(strategy).__name__}")
         if model is not None:
             check_not_compiled(None, model, HookUsageError)
-        self.strategy = strategy
         self.record = bool(record)
         self.check = bool(check)
-        self.schedule = lowerset.schedule(strategy)
-        self._check = ForwardCheck(strategy.graph, model)
-        self._may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
-        self._backward_nodes = set(strategy.graph.facts.backward_order)
+        self._branches = Branches(_strategies(strategy, graph), model)
         self.events = []
         self.last_step = {"dropped": [], "recomputed": [], "freed": []}
         self._owner = None
@@ -165,10 +168,32 @@ class RecomputeContext:
 
     # -- per-step state ---------------------------------------------------------------------------
 
+    @property
+    def strategy(self):
+        return self._branches.active.strategy
+
+    @property
+    def schedule(self):
+        return self._branches.active.schedule
+
+    @property
+    def expected_events(self):
+        """The schedule's events in the order this context runs them (to compare with
+        :attr:`events`): the drops of a schedule held back until the step showed its branch
+        come where they ran."""
+        return self._branches.active.expected_events()
+
+    @property
+    def _check(self):
+        return self._branches.active.check
+
+    @property
+    def _cursor(self):
+        return self._branches.active.cursor
+
     def _reset(self):
         self._phase = "idle"   # idle -> forward -> between -> backward -> done
-        self._cursor = lowerset.EventCursor(self.schedule)
-        self._check.reset()
+        self._branches.reset()
         self._held = {}         # (v, k) -> tensor: the values the schedule holds
         self._bytes = {}        # (v, k) -> bytes of the held value (as the schedule counts)
         self._made = {}         # (v, k) -> bytes of the value the forward pass made
@@ -194,7 +219,7 @@ class RecomputeContext:
         self._owner = threading.get_ident()
         _ACTIVE.context = self
         self._reset()
-        self._check.enter()
+        self._branches.enter()
         self._phase = "forward"
         self._modes = [_Dispatch(self),
                        torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]
@@ -232,30 +257,31 @@ class RecomputeContext:
             self._hook_pending()
         if (self._phase == "done" and torch.is_grad_enabled()
                 and torch._C._current_autograd_node() is None
-                and self._check.starts_step(func, args, kwargs)):
+                and self._branches.starts_step(func, args, kwargs)):
             self._reset()
             self._phase = "forward"
         if self._phase != "forward" or self._in_hook:
             return func(*args, **kwargs)
-        call = self._check.before(func, args, kwargs, self._value_of)
+        call = self._branches.before(func, args, kwargs, self._value_of)
         if call.node is None:   # an operation on external arrays only (absorbed)
             out = func(*args, **kwargs)
-            self._check.after_absorbed(out)
         else:
             out = self._forward(call, func, args, kwargs)
-        if self._check.forward_done:
+        if self._branches.forward_ended():
             self._phase = "between"
+            self._run_events(self._branches.forward_events())   # those a branch held back
         return out
 
     def _forward(self, call, func, args, kwargs):
         v, tensors = call.node, call.tensors
-        if v in self._may_recompute:
+        may_recompute = self._branches.may_recompute(v)
+        if may_recompute:
             self._calls[v] = call.capture(func, args, kwargs)
         out = func(*args, **kwargs)
         outs = _ops.output_tensors(out)
-        if self.check and v in self._may_recompute and not _ops.makes_uninitialized(func):
+        if self.check and may_recompute and not _ops.makes_uninitialized(func):
             self._prints[v] = [fingerprint(o) for o in outs]
-        sizes = self._check.after(v, outs, tensors)
+        sizes = self._branches.after(v, outs, tensors)
         del tensors
         for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
             # an alias, not the tensor itself: PyTorch's factory functions hand the caller a
@@ -263,20 +289,20 @@ class RecomputeContext:
             self._held[v, k] = o.detach()
             self._bytes[v, k] = self._made[v, k] = b
             self._value_of[o] = (v, k)
-        if not self._cursor.expect("forward", v):
+        if not self._branches.expect("forward", v):
             raise self._out_of_order("forward", v)
         if self.record:
             self._note("forward", v, sum(b for b, _ in sizes),
                        range(len(self._check.facts[v].outputs)))
         self._pending.append((v, [_weak(o) for o in outs]))
         del outs
-        self._run_own_events(recompute=False)
+        self._run_events(self._branches.forward_events())
         return out
 
     def _hook_pending(self):
         """Hook the autograd nodes of the operations whose outputs have them by now."""
         for v, refs in self._pending:
-            if v not in self._backward_nodes:
+            if not self._branches.in_backward(v):
                 continue
             for r in refs:
                 t = r()
@@ -332,7 +358,7 @@ class RecomputeContext:
         def pre(grad_outputs):
             if self._phase in ("forward", "between"):
                 self._start_backward()
-            if self._phase != "backward":
+            if self._phase != "backward" or v not in self._branches.active.backward_nodes:
                 return None
             self._run_own_events()
             if not self._cursor.expect("backward", v):
@@ -346,7 +372,7 @@ class RecomputeContext:
 
     def _posthook(self, v):
         def post(grad_inputs, grad_outputs):
-            if self._phase != "backward":
+            if self._phase != "backward" or v not in self._branches.active.backward_nodes:
                 return None
             self._run_own_events(recompute=False)
             if self._cursor.done:
@@ -389,7 +415,10 @@ class RecomputeContext:
     # -- the executor's own events --------------------------------------------------------------
 
     def _run_own_events(self, recompute=True):
-        for kind, v, ks in self._cursor.own_events(recompute):
+        self._run_events(self._cursor.own_events(recompute))
+
+    def _run_events(self, events):
+        for kind, v, ks in events:
             if kind in ("drop", "free_value"):
                 self._free(kind, v, ks)
             elif kind == "recompute":
@@ -444,6 +473,25 @@ class RecomputeContext:
                     "wrote into its memory in a way the trace did not record; the plan's "
                     "gradients would be wrong (please report it, with the model)",
                     node=v, output=k)
+
+
+def _strategies(strategy, graph):
+    """The strategies a context runs: `strategy`, a sequence of them (one per branch of the
+    step's code), or the strategy [V] of `graph` where `strategy` is None."""
+    if strategy is None:
+        if graph is None:
+            raise TypeError("RecomputeContext(None) needs graph= (liveness analysis only)")
+        return [lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")]
+    many = isinstance(strategy, (list, tuple))
+    strategies = list(strategy) if many else [strategy]
+    if not strategies:
+        raise TypeError("RecomputeContext needs at least one strategy, got an empty sequence")
+    for i, s in enumerate(strategies):
+        if not isinstance(s, lowerset.CanonicalStrategy):
+            where = f"strategy {i} of the sequence" if many else "strategy"
+            raise TypeError(f"{where} must be a lowerset.CanonicalStrategy, got "
+                            f"{type(s).__name__}")
+    return strategies
 
 
 def _weak(t):

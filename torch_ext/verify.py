@@ -33,8 +33,10 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
         Takes no argument and runs one forward pass, returning the loss (a one-element
         tensor); ``verify`` calls ``backward()`` on it. It runs in the model's mode (call
         ``model.train()`` first for dropout and BatchNorm's batch statistics).
-    strategy : lowerset.CanonicalStrategy
-        Planned on :func:`torch_ext.trace` of the same step.
+    strategy : lowerset.CanonicalStrategy or sequence of them
+        Planned on :func:`torch_ext.trace` of the same step; a sequence holds one strategy per
+        branch of the step's code (:class:`RecomputeContext`), planned on traces with the
+        same gradients at the start.
     model : torch.nn.Module, optional
         Names the parameters (``named_parameters``) and the buffers (``named_buffers``:
         BatchNorm's ``running_mean``, ``running_var``, ``num_batches_tracked``).
@@ -62,7 +64,8 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
         Values named ``"loss"``, ``"grad <parameter>"`` (parameter order), ``"buffer <name>"``;
         a gradient that is None in both runs is equal. ``recomputed`` is the context's
         ``last_step["recomputed"]``; ``events_equal`` compares its recorded events with the
-        schedule's.
+        schedule's (of the branch the step took, in the order the context runs them:
+        ``RecomputeContext.expected_events``).
 
     Raises
     ------
@@ -84,7 +87,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
     (True, None, 0.0, True)
     """
     ctx = RecomputeContext(strategy, record=True, model=model, check=check)
-    state = _State(model, params, bool(strategy.graph.facts.grads_at_start))
+    state = _State(model, params, bool(ctx.strategy.graph.facts.grads_at_start))
     state.save_start()
     try:
         loss = state.run_plain(step)
@@ -98,7 +101,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
         del loss
     finally:
         state.restore_start(final=True)
-    report = compare(plain, planned, _diff, events_equal=ctx.events == list(ctx.schedule.events),
+    report = compare(plain, planned, _diff, events_equal=ctx.events == ctx.expected_events,
                      recomputed=ctx.last_step["recomputed"])
     if raise_on_mismatch and not report.ok:
         raise VerificationError(report)

@@ -1,0 +1,160 @@
+"""The strategies a :class:`torch_ext.RecomputeContext` may run, one per branch of the step's
+code, and the choice among them as the forward pass shows which branch it takes.
+
+A step whose code branches on the values of its inputs (Hugging Face's attention masks: a
+batch without padding skips the mask) runs different operations on different batches of one
+shape; :func:`torch_ext.trace` records one of them. Given a strategy planned on a trace of each
+branch, the context checks every operation of the forward pass against each strategy's graph
+still open and closes those it differs from. Until one is left, the schedules' forward events
+(``drop``, ``free_value``) run where every open schedule has them, and otherwise wait until
+the branch is known. The operations up to the first difference are the same in every branch
+(they are checked against each graph), so every open schedule refers to the same values by
+the same node ids. A strategy whose graph has the operations of an earlier one is never run
+(the earlier one always matches first).
+"""
+
+import lowerset
+
+from ._replay import ForwardCheck
+from .exceptions import StrategyMismatchError
+
+
+class Branch:
+    """One strategy: its schedule, the check of its traced sequence and the cursor of the step
+    being run.
+
+    Parameters
+    ----------
+    strategy : lowerset.CanonicalStrategy
+        Planned on a graph from :func:`torch_ext.trace`.
+    model : torch.nn.Module or None
+        Passed to :class:`torch_ext._replay.ForwardCheck` (its train/eval mode is checked).
+    """
+
+    def __init__(self, strategy, model):
+        self.strategy = strategy
+        self.schedule = lowerset.schedule(strategy)
+        self.check = ForwardCheck(strategy.graph, model)
+        self.may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
+        self.backward_nodes = set(strategy.graph.facts.backward_order)
+        self.reset()
+
+    def reset(self):
+        self.check.reset()
+        self.cursor = lowerset.EventCursor(self.schedule)
+        self.waiting = []   # forward events held back while other branches are open
+        self.held = []      # their indices in the schedule's events
+        self.released_at = None   # the index of the event they ran before
+
+    def expected_events(self):
+        """The schedule's events in the order the context runs them: those held back until
+        the step showed its branch where they ran."""
+        events = list(self.schedule.events)
+        if self.released_at is None:
+            return events
+        held = set(self.held)
+        return ([e for i, e in enumerate(events[:self.released_at]) if i not in held]
+                + [events[i] for i in self.held] + events[self.released_at:])
+
+
+class Branches:
+    """The branches of a step, narrowed operation by operation in its forward pass.
+
+    Parameters
+    ----------
+    strategies : sequence of lowerset.CanonicalStrategy
+        At least one; where several graphs match a whole forward pass, the first is run.
+    model : torch.nn.Module or None
+        See :class:`Branch`.
+    """
+
+    def __init__(self, strategies, model):
+        self.all = []
+        for s in strategies:   # a graph of the same operations as an earlier one: never run
+            b = Branch(s, model)
+            if not any(b.check.same_operations(a.check) for a in self.all):
+                self.all.append(b)
+        self.reset()
+
+    def reset(self):
+        for b in self.all:
+            b.reset()
+        self.open = list(self.all)
+
+    @property
+    def active(self):
+        """The branch whose schedule the context runs: the first open one."""
+        return self.open[0]
+
+    @property
+    def known(self):
+        return len(self.open) == 1
+
+    def may_recompute(self, v):
+        """Whether an open schedule may recompute node `v` (its call is then captured)."""
+        return any(v in b.may_recompute for b in self.open)
+
+    def in_backward(self, v):
+        return any(v in b.backward_nodes for b in self.open)
+
+    def enter(self):
+        for b in self.all:
+            b.check.enter()
+
+    def starts_step(self, func, args, kwargs):
+        return any(b.check.starts_step(func, args, kwargs) for b in self.all)
+
+    def before(self, func, args, kwargs, value_of):
+        """:meth:`ForwardCheck.before` on every open branch; close those the call differs
+        from. Raises the first branch's StrategyMismatchError where it differs from all."""
+        return self._narrow(lambda b: b.check.before(func, args, kwargs, value_of))
+
+    def after(self, v, outs, tensors):
+        """:meth:`ForwardCheck.after` on every open branch; close those whose outputs differ."""
+        return self._narrow(lambda b: b.check.after(v, outs, tensors))
+
+    def _narrow(self, check):
+        results, first = [], None
+        for b in self.open:
+            try:
+                results.append((b, check(b)))
+            except StrategyMismatchError as e:
+                first = first or e
+        if not results:
+            raise first
+        # a kept error would keep this frame and its callers' alive, and the values they
+        # hold (PyTorch then hands a factory function's caller a detached alias)
+        first = None
+        self.open = [b for b, _ in results]
+        return results[0][1]
+
+    def expect(self, kind, v):
+        """Step every open cursor past the framework's call; whether the active one expected
+        it (the others' graphs matched the call just as the active one's did)."""
+        return all(b.cursor.expect(kind, v) for b in self.open)
+
+    def forward_ended(self):
+        """Whether the forward pass has run all of an open branch's operations; that branch
+        is then the only one open (the first such, where several graphs end there)."""
+        done = [b for b in self.open if b.check.forward_done]
+        if done:
+            self.open = done[:1]
+        return bool(done)
+
+    def forward_events(self):
+        """The forward events to run now. Once the branch is known: those of its schedule,
+        preceded by those it held back. Before: the events every open schedule has here
+        where none holds any back, else none (each open schedule holds its own back)."""
+        taken = [(b.cursor.position, list(b.cursor.own_events(recompute=False)))
+                 for b in self.open]
+        if self.known:
+            b, (start, events) = self.active, taken[0]
+            if b.waiting:
+                events, b.waiting, b.released_at = b.waiting + events, [], start
+            return events
+        if all(not b.waiting and e == taken[0][1] for b, (_, e) in zip(self.open, taken)):
+            return taken[0][1]
+        for b, (start, e) in zip(self.open, taken):
+            b.waiting += e
+            b.held += range(start, start + len(e))
+        return []
