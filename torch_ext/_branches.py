@@ -129,8 +129,7 @@ class Branches:
         return results[0][1]
 
     def expect(self, kind, v):
-        """Step every open cursor past the framework's call; whether the active one expected
-        it (the others' graphs matched the call just as the active one's did)."""
+        """Step every open cursor past the framework's call; whether each one expected it."""
         return all(b.cursor.expect(kind, v) for b in self.open)
 
     def forward_ended(self):

@@ -72,8 +72,8 @@ class RecomputeContext:
     Give such a step a strategy per branch, each planned on a trace of a batch that takes it
     (within the same budget): the context checks each operation of the forward pass against
     every branch's graph still open and runs the schedule of the one the step takes. Until
-    the step shows its branch (its first operation that differs), the context drops nothing
-    (the drops of the operations before, where the schedules have any, run then).
+    the step shows its branch (its first operation that differs), it drops what every open
+    schedule drops, and holds back the rest until then.
 
     Parameters
     ----------
