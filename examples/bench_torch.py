@@ -1,8 +1,8 @@
 """lowerset against PyTorch's own memory tools, in one run, on four networks.
 
 For each network of :mod:`examples.torch_models` (torchvision ResNet-50, a U-Net with long
-skips, a GPT-2-small-like decoder stack with dropout, a plain MLP chain; built here with random
-weights), one training step (forward and backward, no optimizer) is run under each method:
+skips, a GPT-2-small-like decoder stack with dropout, a plain MLP chain, and with ``--models
+llama`` the LLaMA-style stack; built here with random weights), one training step (forward and backward, no optimizer) is run under each method:
 
 - ``plain``: no recomputation;
 - ``checkpoint``: each block of ``net.blocks(model)`` wrapped in a module that calls
@@ -113,13 +113,16 @@ from torch_ext.measure import MemoryMeter  # noqa: E402
 #: preset narrows the MLP to width 512 and the GPT to 384 wide, 6 layers, 6 heads.
 PRESETS = {
     "test": {"resnet50": dict(batch=2), "unet": dict(batch=2), "gpt": dict(batch=2),
-             "mlp": dict(batch=256)},
+             "llama": dict(batch=2), "mlp": dict(batch=256)},
     "cpu": {"resnet50": dict(batch=8), "unet": dict(batch=4),
             "gpt": dict(batch=6, dim=384, layers=6, heads=6),
-            "mlp": dict(batch=2048, width=512)},
+            "llama": dict(batch=8, layers=4, length=128), "mlp": dict(batch=2048, width=512)},
     "gpu": {"resnet50": dict(batch=64), "unet": dict(batch=8), "gpt": dict(batch=4),
-            "mlp": dict(batch=16384)},
+            "llama": dict(batch=2), "mlp": dict(batch=16384)},
 }
+
+#: The networks a run may take: the four of the default run and the LLaMA-style stack.
+NETWORKS = TORCH_NETWORKS + ("llama",)
 
 #: The activation_memory_budget ratios swept per preset (each a compilation of every graph,
 #: 5-20 s for ResNet-50 on the CPU).
@@ -279,6 +282,8 @@ def sequential_replacements(case):
     if case.name == "mlp":
         chain = list(m.layers)
         repl = lambda seq: [(m, "layers", seq)]  # noqa: E731
+    elif case.name == "llama":
+        return None, "its blocks take the rotary tables beside their input", None
     elif case.name == "gpt":
         chain = list(m.blocks)
         repl = lambda seq: [(m, "blocks", nn.ModuleList([seq]))]  # noqa: E731
@@ -1048,7 +1053,7 @@ def plot(results, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--models", nargs="+", choices=TORCH_NETWORKS, default=TORCH_NETWORKS)
+    parser.add_argument("--models", nargs="+", choices=NETWORKS, default=TORCH_NETWORKS)
     parser.add_argument("--device", default=None,
                         help="cpu or cuda (default: cuda for --preset gpu, else cpu)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds")
