@@ -192,7 +192,7 @@ class RecomputeContext:
         return self._branches.active.cursor
 
     def _reset(self):
-        self._phase = "idle"   # idle -> forward -> between -> backward -> done
+        self._phase = "idle"   # idle -> forward -> between -> backward -> done; mismatched
         self._branches.reset()
         self._held = {}         # (v, k) -> tensor: the values the schedule holds
         self._bytes = {}        # (v, k) -> bytes of the held value (as the schedule counts)
@@ -262,11 +262,18 @@ class RecomputeContext:
             self._phase = "forward"
         if self._phase != "forward" or self._in_hook:
             return func(*args, **kwargs)
-        call = self._branches.before(func, args, kwargs, self._value_of)
-        if call.node is None:   # an operation on external arrays only (absorbed)
-            out = func(*args, **kwargs)
-        else:
-            out = self._forward(call, func, args, kwargs)
+        try:
+            call = self._branches.before(func, args, kwargs, self._value_of)
+            if call.node is None:   # an operation on external arrays only (absorbed)
+                out = func(*args, **kwargs)
+            else:
+                out = self._forward(call, func, args, kwargs)
+        except StrategyMismatchError:
+            # the step is not the traced one: the operations that run while it unwinds (a
+            # profiler's record_function exit) pass unchecked, so the first error is the one
+            # the user sees
+            self._phase = "mismatched"
+            raise
         if self._branches.forward_ended():
             self._phase = "between"
             self._run_events(self._branches.forward_events())   # those a branch held back

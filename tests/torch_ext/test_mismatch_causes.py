@@ -138,3 +138,20 @@ class TestInputs:
                            "way"):
             with RecomputeContext(plan, model=model):
                 F.gelu(model.l1(x)).sum().backward()
+
+
+def test_the_first_difference_is_the_error_raised():
+    """A step that differs inside a profiler's record_function block (DDP's forward runs in
+    one): the block's exit, dispatched while the error unwinds, is not checked again, so the
+    error names the first differing operation and hides nothing."""
+    model = Net().train()
+
+    def step(batch):
+        with torch.autograd.profiler.record_function("block"):
+            return _loss(model, torch.ones(batch, 16))
+    graph = torch_ext.trace(lambda: step(8), model=model)
+    plan = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+    with pytest.raises(StrategyMismatchError, match=r"aten.ones.default\) returned") as e:
+        with RecomputeContext(plan):
+            step(5).backward()
+    assert e.value.__context__ is None
