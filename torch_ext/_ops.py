@@ -16,7 +16,8 @@ CUDA_BLOCK = 512
 
 __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
-           "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized"]
+           "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized",
+           "is_collective"]
 
 #: The operations whose outputs hold whatever the allocator's memory held (``torch.empty``):
 #: their values are not the call's, so a recomputation need not reproduce them.
@@ -97,6 +98,18 @@ def output_bytes(outs, tensors):
             b = -(-b // CUDA_BLOCK) * CUDA_BLOCK
         res.append((int(b), -1))
     return res
+
+
+#: The operator namespaces of PyTorch's collectives: ProcessGroup operations (DDP, FSDP) and
+#: functional collectives (FSDP2, DTensor).
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional",
+                         "_c10d_functional_autograd")
+
+
+def is_collective(name):
+    """Whether the operation named `name` (``str(func)``) is a collective: every rank of its
+    group runs it, and none finishes before all have started."""
+    return name.split(".", 1)[0] in COLLECTIVE_NAMESPACES
 
 
 def is_random(func):

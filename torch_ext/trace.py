@@ -250,6 +250,9 @@ class _Recorder(TorchDispatchMode):
         self.node_op.append(i)
         if op.random and kwargs.get("generator") is not None:
             op.pin = "draws from a generator passed to it, which the executor does not restore"
+        elif _ops.is_collective(op.name):
+            op.pin = ("a collective: a recomputation would run it on one rank alone, and the "
+                      "other ranks would never join it")
         for k, o in enumerate(outs):
             key = _ops.storage_key(o)
             if key is not None and key not in self.ext_storages:  # memory of the step's own
