@@ -59,7 +59,6 @@ import numpy as np
 from . import _schedule_kernels as _k
 from .exceptions import ArgumentTypeError
 from .graph import Graph
-from .strategy import CanonicalStrategy
 
 __all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KINDS",
            "inplace_groups"]
@@ -215,12 +214,22 @@ def schedule(plan):
     >>> s.peak, s.recomputed
     (60, [0])
     """
-    if isinstance(plan, CanonicalStrategy):
+    if _is_strategy(plan):
         return Schedule(plan.graph, plan, _hooked_arrays(plan.graph, dropped_nodes(plan)))
     if isinstance(plan, Graph):
         return Schedule(plan, None, _plain_arrays(plan))
     raise ArgumentTypeError(f"plan must be a lowerset.CanonicalStrategy or a lowerset.Graph, "
                             f"got {type(plan).__name__}")
+
+
+def _is_strategy(plan):
+    """Whether `plan` is a :class:`~lowerset.CanonicalStrategy`: an object with a graph and
+    the segment of each of its nodes (:func:`segment_labels`, all the schedule reads of it).
+
+    The test reads attributes rather than calling ``isinstance``: :mod:`lowerset.strategy`
+    imports this module (``CanonicalStrategy.schedule``), so this one does not import it."""
+    return isinstance(getattr(plan, "graph", None), Graph) and callable(
+        getattr(plan, "segment_of_nodes", None))
 
 
 def simulate(plan):

@@ -15,6 +15,7 @@ from ._validate import check_budget, check_graph
 from .exceptions import ArgumentError, ArgumentTypeError, StrategyError
 from .graph import _graph_from_dict, _graph_to_dict
 from .lowersets import check_lower_set
+from .scheduling import schedule
 
 __all__ = ["CanonicalStrategy"]
 
@@ -223,8 +224,6 @@ class CanonicalStrategy:
         """The :class:`~lowerset.Schedule` of a training step under this strategy (computed
         once): its peak in bytes and the overhead the executor really pays,
         ``schedule.recompute_cost``."""
-        from .scheduling import schedule
-
         return schedule(self)
 
     def masks(self):

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import lowerset
 from lowerset.scheduling import inplace_groups
 
+from ._graph import TARGET_TOTAL_COST, TracedGraph
 from .exceptions import TraceError
 
 __all__ = ["build", "flop_costs"]
@@ -17,8 +18,6 @@ def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate):
     """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``):
     `modes` go to ``attrs[0]["step"]``; with `accumulate`, every parameter that gets a
     gradient has one when the step starts (``grads_at_start``)."""
-    from .trace import TracedGraph, TARGET_TOTAL_COST
-
     nodes = [op for op in rec.ops if op.node is not None]
     n = len(nodes)
     kept = _kept_for_unknown_reads(rec, nodes)

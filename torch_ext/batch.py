@@ -47,10 +47,11 @@ from lowerset.batching import BatchSizeResult, BatchTrial, PLANNERS  # noqa: F40
 
 from . import _build
 from ._autograd import reachable_nodes
+from ._graph import TARGET_TOTAL_COST, TracedGraph
 from .exceptions import TorchExtError
 from .executor import RecomputeContext
 from .memory import peak_memory
-from .trace import TARGET_TOTAL_COST, TracedGraph, trace
+from .trace import trace
 
 __all__ = ["max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial",
            "BatchScalingError", "NoBatchFitsError", "PLANNERS"]

@@ -24,7 +24,6 @@ not float free in G (each one would double the lower sets).
 - ``torch.utils.flop_counter``'s formulas (``FlopCounterMode``'s) give the FLOPs.
 """
 
-import math
 import time
 import weakref
 
@@ -33,12 +32,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
-import lowerset
-
 from . import _ops
 from ._guards import check_not_compiled, step_device
 from ._autograd import node_tag, reachable_nodes
+from ._build import build as _build
 from ._diagnose import step_modes
+from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
 from .exceptions import TraceError
 from .measure import MemoryMeter
 
@@ -50,63 +49,6 @@ COST_MODELS = ("flops", "profile")
 
 #: The key under which an autograd node's ``metadata`` names the traced operation that made it.
 _KEY = "lowerset.trace"
-
-#: Total cost (cost units) the "flops" model aims at: FLOPs per unit is the power of ten that
-#: makes the whole forward pass cost at most this many units. The DP's tables are indexed by
-#: overhead, so the total bounds their size; it is fine enough that an elementwise operation
-#: (a few FLOPs per element, clamped to at least 1 unit) costs no more than its FLOPs say
-#: against a convolution (at 10,000 units a ResNet-50's normalizations, one unit each,
-#: together cost as much as one convolution, and a plan recomputes the convolution to spare
-#: them).
-TARGET_TOTAL_COST = 100_000
-
-
-class TracedGraph(lowerset.Graph):
-    """A :class:`lowerset.Graph` recorded from PyTorch, with its execution facts.
-
-    Node labels are ints 0..n-1 in dispatch order (also the node ids); ``graph.facts`` holds
-    the execution facts. Each node's ``attrs`` identify the call for the executor's checks:
-    ``op`` (``"aten.convolution.default"``), ``inputs`` (per tensor argument
-    ``["node", label, output_index]`` or ``[kind, shape, dtype, device]`` with kind "param" or
-    "input"), ``outputs`` (``[shape, dtype, device]`` per output tensor), ``flops``,
-    ``absorbed`` (the names of the operations on external arrays dispatched just before it, not
-    nodes), and where they apply ``random`` (True), ``mutates`` (argument positions of external
-    arrays the call writes: BatchNorm's running statistics), ``hidden`` (the number of
-    arguments, last in the facts, that the call does not receive: first the in-place writes
-    into its arguments' memory made since those arguments, whose values it reads, then values
-    its backward reads)
-    and ``pinned`` (why the node is never recomputed). Node 0's ``step`` holds the modes the
-    step ran in (train or eval, autocast, device; :mod:`torch_ext._diagnose`), which the
-    executor compares where a later step differs.
-
-    Attributes
-    ----------
-    cost_model : str
-    flop_unit : int or None
-        FLOPs per cost unit ("flops").
-    time_unit : float or None
-        Seconds per cost unit ("profile").
-    device : str
-        The device the step ran on.
-    param_bytes, input_bytes : int
-        Bytes of the distinct parameters / other external tensors the step reads.
-    """
-
-    def __init__(self, nodes, edges, cost, memory, attrs, *, facts, cost_model, flop_unit,
-                 time_unit, device):
-        super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
-        self.cost_model = cost_model
-        self.flop_unit = flop_unit
-        self.time_unit = time_unit
-        self.device = device
-
-    @property
-    def param_bytes(self):
-        return sum(b for kind, b in self.facts.externals if kind == "param")
-
-    @property
-    def input_bytes(self):
-        return sum(b for kind, b in self.facts.externals if kind == "input")
 
 
 class _Op:
@@ -668,6 +610,3 @@ def _clear_grads(rec, accumulate):
         saved[t] = t.grad
         t.grad = torch.zeros_like(t) if accumulate else None
     return saved
-
-
-from ._build import build as _build  # noqa: E402  (the facts; needs the classes above)
