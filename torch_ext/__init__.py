@@ -11,7 +11,7 @@ except ImportError as e:  # pragma: no cover - exercised in the planner-only env
     raise ImportError("torch_ext needs PyTorch: pip install 'lowerset[torch]'") from e
 
 from .exceptions import (TorchExtError, TraceError, StrategyMismatchError, HookUsageError,
-                         RecomputationError)
+                         RecomputationError, MissingTorchAPIError)
 from .trace import trace, TracedGraph, COST_MODELS
 from .executor import RecomputeContext
 from .verify import verify, VerifyReport, VerificationError
@@ -21,6 +21,6 @@ from .batch import (max_batch_size, extrapolate, BatchSizeResult, BatchTrial, Ba
 
 __all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError",
            "TraceError", "StrategyMismatchError", "HookUsageError", "RecomputationError",
-           "verify", "VerifyReport", "VerificationError", "peak_memory", "MemoryReport",
-           "max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial", "BatchScalingError",
-           "NoBatchFitsError"]
+           "MissingTorchAPIError", "verify", "VerifyReport", "VerificationError", "peak_memory",
+           "MemoryReport", "max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial",
+           "BatchScalingError", "NoBatchFitsError"]

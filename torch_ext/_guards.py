@@ -7,6 +7,8 @@ need to know which device a step runs on before it runs (to measure its memory t
 
 import torch
 
+from ._compat import compiled_call, is_compiled_function, optimized_module_class
+
 __all__ = ["step_objects", "check_not_compiled", "step_device"]
 
 
@@ -32,7 +34,7 @@ def step_objects(step, model=None):
     if isinstance(step, torch.nn.Module):
         found.append(step)
     return [o for o in found if isinstance(o, (torch.nn.Module, torch.Tensor))
-            or _compiled_callable(o)]
+            or is_compiled_function(o)]
 
 
 def _filled(cell):
@@ -43,16 +45,11 @@ def _filled(cell):
     return True
 
 
-def _compiled_callable(obj):
-    return callable(obj) and hasattr(obj, "_torchdynamo_orig_callable")
-
-
 def _compiled_module(m):
     """The name of a compiled module inside `m` (itself: ""), or None."""
-    opt = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
-    opt_cls = getattr(opt, "OptimizedModule", ())
+    opt_cls = optimized_module_class()
     for name, sub in m.named_modules():
-        if isinstance(sub, opt_cls) or getattr(sub, "_compiled_call_impl", None) is not None:
+        if isinstance(sub, opt_cls) or compiled_call(sub) is not None:
             return name
     return None
 
@@ -60,7 +57,7 @@ def _compiled_module(m):
 def check_not_compiled(step, model, error):
     """Raise `error` naming the compiled module or function `step` (or `model`) runs."""
     for obj in step_objects(step, model):
-        if _compiled_callable(obj):
+        if is_compiled_function(obj):
             raise error(f"the step calls a torch.compile'd function "
                         f"({getattr(obj, '__name__', type(obj).__name__)}): lowerset traces "
                         "and executes eager PyTorch; pass the module before torch.compile")

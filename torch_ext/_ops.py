@@ -8,7 +8,8 @@ and whether it draws random numbers.
 """
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ._compat import op_packet, op_schema, tree_flatten, tree_unflatten
 
 #: Bytes a CUDA caching-allocator block is rounded up to (``torch.cuda.memory_allocated``
 #: counts blocks).
@@ -128,7 +129,7 @@ def generator_marks():
 
 def makes_uninitialized(func):
     """Whether the operation returns memory it does not write (``aten.empty_like``)."""
-    packet = getattr(func, "_overloadpacket", None)
+    packet = op_packet(func)
     return getattr(packet, "__name__", None) in _UNINITIALIZED
 
 
@@ -140,7 +141,7 @@ def drew_random(before, after):
 def schema_writes(func, args, kwargs):
     """Positions (among the call's tensor leaves, in :func:`flatten_call`'s order) of the
     tensors the schema marks as written in place (``Tensor(a!)``)."""
-    schema = getattr(func, "_schema", None)
+    schema = op_schema(func)
     if schema is None:
         return set()
     by_name = {a.name: a for a in schema.arguments}

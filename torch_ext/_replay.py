@@ -4,6 +4,7 @@ graph (:class:`ForwardCheck`) and running a node's call again (:class:`Call`).""
 import torch
 
 from . import _ops
+from ._compat import op_schema
 from ._diagnose import autocast_state, likely_cause
 from .exceptions import StrategyMismatchError
 
@@ -245,7 +246,7 @@ class _Draws:
     def __init__(self, func, tensors):
         self.device = tensors[0].device if tensors else torch.device("cpu")
         self.generator = _default_generator(self.device).clone_state()
-        schema = getattr(func, "_schema", None)
+        schema = op_schema(func)
         self.takes_generator = schema is not None and any(
             a.name == "generator" for a in schema.arguments)
 

@@ -3,7 +3,7 @@
 from lowerset.exceptions import LowersetError, StrategyError
 
 __all__ = ["TorchExtError", "TraceError", "StrategyMismatchError", "HookUsageError",
-           "RecomputationError"]
+           "RecomputationError", "MissingTorchAPIError"]
 
 
 class TorchExtError(LowersetError):
@@ -49,4 +49,19 @@ class RecomputationError(TorchExtError, RuntimeError):
 
     def __init__(self, message, node, output):
         self.node, self.output = node, output
+        super().__init__(message)
+
+
+class MissingTorchAPIError(TorchExtError, ImportError):
+    """The installed PyTorch lacks a private API torch_ext uses (:mod:`torch_ext._compat`),
+    raised by ``import torch_ext``: an ImportError, as a missing PyTorch is.
+
+    Attributes
+    ----------
+    missing : list of str
+        Where torch_ext looked for each missing API (dotted paths from ``torch``).
+    """
+
+    def __init__(self, message, missing):
+        self.missing = missing
         super().__init__(message)

@@ -23,12 +23,11 @@ import threading
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 import lowerset
 
 from . import _ops
+from ._compat import TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node
 from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
 from ._branches import Branches
@@ -256,7 +255,7 @@ class RecomputeContext:
         if self._pending and not self._in_hook:
             self._hook_pending()
         if (self._phase == "done" and torch.is_grad_enabled()
-                and torch._C._current_autograd_node() is None
+                and current_autograd_node() is None
                 and self._branches.starts_step(func, args, kwargs)):
             self._reset()
             self._phase = "forward"

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._compat import (event_device_type, event_end_ns, event_name, event_nbytes,
+                      event_start_ns, profile_events, profiler_enabled)
+
 __all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"]
 
 _MARK = "lowerset::"
@@ -157,7 +160,7 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             self._cuda_peak = self._base
             return self
-        if torch.autograd.profiler._is_profiler_enabled:
+        if profiler_enabled():
             raise RuntimeError("MemoryMeter: a torch profiler is already running")
         self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                             profile_memory=True, record_shapes=False)
@@ -212,15 +215,14 @@ class MemoryMeter:
 
 def _fold_profile(prof, device):
     """The running sum of the profile's CPU memory events: its peak, its end, the windows."""
-    events = prof.profiler.kineto_results.events()
     mem, marks = [], []
-    for i, e in enumerate(events):
-        name = e.name()
+    for i, e in enumerate(profile_events(prof)):
+        name = event_name(e)
         if name == "[memory]":
-            if e.device_type() == torch.autograd.DeviceType.CPU:
-                mem.append((e.start_ns(), i, e.nbytes()))
+            if event_device_type(e) == torch.autograd.DeviceType.CPU:
+                mem.append((event_start_ns(e), i, event_nbytes(e)))
         elif name.startswith(_MARK):
-            marks.append((name[len(_MARK):], e.start_ns(), e.end_ns()))
+            marks.append((name[len(_MARK):], event_start_ns(e), event_end_ns(e)))
     mem.sort()
     times = [t for t, _, _ in mem]
     level, levels = 0, []

@@ -28,14 +28,13 @@ import time
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
-from torch.utils.weak import WeakIdKeyDictionary
 
 from . import _ops
 from ._guards import check_not_compiled, step_device
 from ._autograd import node_tag, reachable_nodes
 from ._build import build as _build
+from ._compat import (TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node,
+                      flop_registry, is_view, op_packet)
 from ._diagnose import step_modes
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
 from .exceptions import TraceError
@@ -314,7 +313,7 @@ class _Recorder(TorchDispatchMode):
     def unpack(self, packed):
         ref, t = packed
         if ref is not None and self.phase == "backward":
-            node = torch._C._current_autograd_node()
+            node = current_autograd_node()
             i = node.metadata.get(_KEY) if node is not None else None
             if i is None:
                 self.unknown_reads.append((ref, type(node).__name__ if node else None))
@@ -354,7 +353,7 @@ class _Recorder(TorchDispatchMode):
 def _writes_into_a_view(op, tensors):
     """Whether the call writes in place into a tensor that is an autograd view of another
     (``x[:, :4] *= 2``) while gradients flow."""
-    return any(p < len(tensors) and tensors[p]._is_view() and tensors[p].requires_grad
+    return any(p < len(tensors) and is_view(tensors[p]) and tensors[p].requires_grad
                for p in op.writes)
 
 
@@ -424,7 +423,7 @@ def _same_bytes(copy, t):
 def _flops(func, args, kwargs, out, outs, views):
     """FLOPs of one call: ``torch.utils.flop_counter``'s formula, else one per element of the
     outputs that own their memory."""
-    formula = flop_registry.get(func._overloadpacket)
+    formula = flop_registry.get(op_packet(func))
     if formula is not None:
         try:
             return int(formula(*args, **kwargs, out_val=out))

@@ -3,12 +3,11 @@
 (:mod:`lowerset.verifying` makes the report)."""
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from lowerset.verifying import VerificationError, VerifyReport, compare
 
 from . import _ops
+from ._compat import TorchDispatchMode, WeakIdKeyDictionary
 from .executor import RecomputeContext
 
 __all__ = ["verify", "VerifyReport", "VerificationError"]

@@ -1,0 +1,190 @@
+"""The private PyTorch APIs torch_ext uses, each looked up here and nowhere else.
+
+Tracing and executing a step needs more of PyTorch than its documented surface: a dispatch mode
+sees every ATen call (``torch.utils._python_dispatch``), the trace asks which autograd node is
+running (``torch._C._current_autograd_node``) and reads each operation's schema (``_schema``)
+and the profiler's memory events (``torch._C._autograd``). Each such API is a row of
+:data:`APIS`, with what torch_ext uses it for; importing this module looks every row up and
+exposes it under a plain name, and every other module of torch_ext reaches it only through
+here. A PyTorch that moves or drops one of them then fails at ``import torch_ext``, naming the
+API and the versions this table was checked on (:data:`CHECKED_ON`), rather than deep inside a
+trace. Two kinds of rows are not looked up at import: :data:`ON_FIRST_USE` (``torch._dynamo``,
+whose import takes about 1.5 s, paid only by a step that has modules to check for
+``torch.compile``) and :data:`SET_BY_COMPILE` (attributes that exist only on what
+``torch.compile`` returns; ``tests/torch_ext/test_compat.py`` compiles a function to check
+them).
+
+A missing API raises :class:`~torch_ext.exceptions.MissingTorchAPIError`, both a
+:class:`~torch_ext.exceptions.TorchExtError` and an :class:`ImportError`: ``import torch_ext``
+raises it, and code that treats the PyTorch front end as optional catches ImportError there
+(as it does for a missing PyTorch), while ``except lowerset.LowersetError`` catches it as one
+of lowerset's errors.
+"""
+
+import functools
+import importlib
+
+import torch
+
+from .exceptions import MissingTorchAPIError
+
+__all__ = ["TorchDispatchMode", "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
+           "flop_registry", "current_autograd_node", "is_view", "op_schema", "op_packet",
+           "profiler_enabled", "profile_events", "event_name", "event_device_type",
+           "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
+           "is_compiled_function", "optimized_module_class", "APIS", "ON_FIRST_USE",
+           "SET_BY_COMPILE", "CHECKED_ON"]
+
+#: The PyTorch versions every row below was checked on (``setup.cfg``'s torch extra pins the
+#: last one).
+CHECKED_ON = ("2.13.0",)
+
+#: The private APIs looked up at import: plain name here -> (where PyTorch keeps it, a dotted
+#: path from ``torch``; what torch_ext uses it for). A path through an object names one such
+#: object: ``torch.ops.aten.add.Tensor`` for an OpOverload's attributes, the profiler's
+#: result and event classes for their methods.
+APIS = {
+    "TorchDispatchMode": (
+        "torch.utils._python_dispatch.TorchDispatchMode",
+        "the trace's, the executor's and verify's modes: every ATen call the step makes"),
+    "tree_flatten": ("torch.utils._pytree.tree_flatten", "a call's arguments as flat leaves"),
+    "tree_unflatten": ("torch.utils._pytree.tree_unflatten",
+                       "a call rebuilt from its leaves, to rerun it"),
+    "WeakIdKeyDictionary": (
+        "torch.utils.weak.WeakIdKeyDictionary",
+        "what each tensor is (node output, external), keyed by identity, not keeping it"),
+    "flop_registry": ("torch.utils.flop_counter.flop_registry",
+                      "FLOPs per call: the trace's \"flops\" cost model"),
+    "current_autograd_node": (
+        "torch._C._current_autograd_node",
+        "the backward node reading a saved tensor (trace); a call outside backward (executor)"),
+    "is_view": ("torch.Tensor._is_view",
+                "an in-place write into an autograd view (CopySlices) pins its node"),
+    "op_schema": ("torch.ops.aten.add.Tensor._schema",
+                  "the arguments a call writes in place; whether it takes a generator"),
+    "op_packet": ("torch.ops.aten.add.Tensor._overloadpacket",
+                  "flop_registry's key; the name that marks torch.empty and its kin"),
+    "profiler_enabled": ("torch.autograd.profiler._is_profiler_enabled",
+                         "a CPU MemoryMeter refuses to start inside another profiler"),
+    "profile_events": ("torch._C._autograd._ProfilerResult.events",
+                       "a finished profiler's events, in order: a CPU MemoryMeter's source"),
+    "event_name": ("torch._C._autograd._KinetoEvent.name",
+                   "\"[memory]\" for an allocation or a free; a MemoryMeter window's mark"),
+    "event_device_type": ("torch._C._autograd._KinetoEvent.device_type",
+                          "a CPU allocation or free (not another device's)"),
+    "event_start_ns": ("torch._C._autograd._KinetoEvent.start_ns",
+                       "when an allocation, a free or a window happens"),
+    "event_end_ns": ("torch._C._autograd._KinetoEvent.end_ns", "when a window ends"),
+    "event_nbytes": ("torch._C._autograd._KinetoEvent.nbytes",
+                     "bytes allocated (negative: freed)"),
+    "compiled_call": ("torch.nn.Module._compiled_call_impl",
+                      "a Module.compile()d module, which the trace refuses"),
+}
+
+#: Looked up at the first call of :func:`optimized_module_class` (as :data:`APIS`).
+ON_FIRST_USE = {
+    "optimized_module_class": ("torch._dynamo.eval_frame.OptimizedModule",
+                               "a torch.compile'd module, which the trace refuses"),
+}
+
+#: Attributes ``torch.compile`` sets on what it returns: plain name here -> (the attribute,
+#: what torch_ext uses it for).
+SET_BY_COMPILE = {
+    "is_compiled_function": ("_torchdynamo_orig_callable",
+                             "a torch.compile'd function, which the trace refuses"),
+}
+
+_MISSING = object()
+
+
+def _look_up(path):
+    """The object at dotted `path`, importing the modules along it; ``_MISSING`` if none."""
+    parts = path.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, name in enumerate(parts[1:], start=2):
+        try:
+            obj = getattr(obj, name)
+        except AttributeError:
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                return _MISSING
+    return obj
+
+
+def _look_up_all(table):
+    """Plain name -> the object at the row's path, for every row of `table`.
+
+    Raises
+    ------
+    MissingTorchAPIError
+        If a path of some row leads nowhere in the installed PyTorch; the message names every
+        such path.
+    """
+    found = {name: _look_up(path) for name, (path, _) in table.items()}
+    missing = [table[name][0] for name, obj in found.items() if obj is _MISSING]
+    if missing:
+        raise MissingTorchAPIError(
+            f"torch_ext needs PyTorch's private {', '.join(missing)}, which torch "
+            f"{torch.__version__} does not have; torch_ext was checked on torch "
+            f"{', '.join(CHECKED_ON)} (pip install 'lowerset[torch]')", missing)
+    return found
+
+
+_FOUND = _look_up_all(APIS)
+
+TorchDispatchMode = _FOUND["TorchDispatchMode"]
+tree_flatten = _FOUND["tree_flatten"]
+tree_unflatten = _FOUND["tree_unflatten"]
+WeakIdKeyDictionary = _FOUND["WeakIdKeyDictionary"]
+flop_registry = _FOUND["flop_registry"]
+current_autograd_node = _FOUND["current_autograd_node"]
+is_view = _FOUND["is_view"]
+event_name = _FOUND["event_name"]
+event_device_type = _FOUND["event_device_type"]
+event_start_ns = _FOUND["event_start_ns"]
+event_end_ns = _FOUND["event_end_ns"]
+event_nbytes = _FOUND["event_nbytes"]
+
+
+def op_schema(func):
+    """The ``torch._C.FunctionSchema`` of OpOverload `func` (None for another callable)."""
+    return getattr(func, "_schema", None)
+
+
+def op_packet(func):
+    """The ``OpOverloadPacket`` of OpOverload `func` (None for another callable)."""
+    return getattr(func, "_overloadpacket", None)
+
+
+def profiler_enabled():
+    """Whether a PyTorch profiler is running (read at each call: the flag changes)."""
+    return torch.autograd.profiler._is_profiler_enabled
+
+
+def profile_events(prof):
+    """The events a finished ``torch.profiler.profile`` recorded, in its order (read them
+    with ``event_name`` and its kin)."""
+    return prof.profiler.kineto_results.events()
+
+
+def compiled_call(module):
+    """The compiled call of a ``Module.compile()``d `module` (None when it is not)."""
+    return getattr(module, "_compiled_call_impl", None)
+
+
+def is_compiled_function(obj):
+    """Whether `obj` is a function that ``torch.compile`` returned."""
+    return callable(obj) and hasattr(obj, SET_BY_COMPILE["is_compiled_function"][0])
+
+
+@functools.cache
+def optimized_module_class():
+    """The class of the modules ``torch.compile`` returns (imports ``torch._dynamo``).
+
+    Raises
+    ------
+    MissingTorchAPIError
+        If the installed PyTorch does not have it.
+    """
+    return _look_up_all(ON_FIRST_USE)["optimized_module_class"]
