@@ -11,16 +11,17 @@ except ImportError as e:  # pragma: no cover - exercised in the planner-only env
     raise ImportError("torch_ext needs PyTorch: pip install 'lowerset[torch]'") from e
 
 from .exceptions import (TorchExtError, TraceError, StrategyMismatchError, HookUsageError,
-                         RecomputationError, MissingTorchAPIError)
+                         RecomputationError, MeasurementError, InternalError,
+                         MissingTorchAPIError, BatchScalingError, NoBatchFitsError)
 from .trace import trace, TracedGraph, COST_MODELS
 from .executor import RecomputeContext
 from .verify import verify, VerifyReport, VerificationError
 from .memory import peak_memory, MemoryReport
-from .batch import (max_batch_size, extrapolate, BatchSizeResult, BatchTrial, BatchScalingError,
-                    NoBatchFitsError)
+from .batch import max_batch_size, extrapolate, BatchSizeResult, BatchTrial
 
 __all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError",
            "TraceError", "StrategyMismatchError", "HookUsageError", "RecomputationError",
-           "MissingTorchAPIError", "verify", "VerifyReport", "VerificationError", "peak_memory",
-           "MemoryReport", "max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial",
-           "BatchScalingError", "NoBatchFitsError"]
+           "MeasurementError", "InternalError", "MissingTorchAPIError", "verify",
+           "VerifyReport", "VerificationError", "peak_memory", "MemoryReport", "max_batch_size",
+           "extrapolate", "BatchSizeResult", "BatchTrial", "BatchScalingError",
+           "NoBatchFitsError"]

@@ -6,7 +6,7 @@ import torch
 from . import _ops
 from ._compat import op_schema
 from ._diagnose import autocast_state, likely_cause
-from .exceptions import StrategyMismatchError
+from .exceptions import InternalError, StrategyMismatchError
 
 __all__ = ["ForwardCheck", "Call"]
 
@@ -224,8 +224,8 @@ class Call:
             if src is not None:
                 t = held.get(src)
                 if t is None:  # pragma: no cover - the schedule recomputes inputs first
-                    raise RuntimeError(f"internal error: input {i} of node {self.node} is not "
-                                       "held for its recomputation")
+                    raise InternalError(f"internal error: input {i} of node {self.node} is not "
+                                        "held for its recomputation")
             else:
                 t, mutated = self.externals[i]
                 if mutated:  # the side effect happened once, in the forward pass

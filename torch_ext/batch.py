@@ -41,30 +41,19 @@ import gc
 
 import torch
 
-import lowerset
 from lowerset import batching
 from lowerset.batching import BatchSizeResult, BatchTrial, PLANNERS  # noqa: F401
 
 from . import _build
 from ._autograd import reachable_nodes
 from ._graph import TARGET_TOTAL_COST, TracedGraph
-from .exceptions import TorchExtError
+from .exceptions import BatchScalingError, NoBatchFitsError
 from .executor import RecomputeContext
 from .memory import peak_memory
 from .trace import trace
 
 __all__ = ["max_batch_size", "extrapolate", "BatchSizeResult", "BatchTrial",
            "BatchScalingError", "NoBatchFitsError", "PLANNERS"]
-
-
-class BatchScalingError(TorchExtError, lowerset.BatchScalingError):
-    """The traced graphs do not scale with the batch size (different operations, wiring, or
-    sizes that are not affine in the batch size)."""
-
-
-class NoBatchFitsError(TorchExtError, lowerset.NoBatchFitsError):
-    """Not even the smallest batch fits the memory limit (``budget``, ``min_budget`` and
-    ``batch_size`` as :class:`lowerset.NoBatchFitsError`)."""
 
 
 # -- extrapolation -------------------------------------------------------------------------------

@@ -1,9 +1,18 @@
-"""Exceptions raised by :mod:`torch_ext`; all derive from :class:`lowerset.LowersetError`."""
+"""Exceptions raised by :mod:`torch_ext`; all derive from :class:`lowerset.LowersetError`.
 
+Each also derives from the builtin exception that a caller would expect of it (a
+:class:`ValueError` for a step the trace cannot use, a :class:`RuntimeError` for misuse), so
+that ``except ValueError`` and the like keep catching them. A bad argument raises the core's
+:class:`lowerset.ArgumentError` (a ValueError) or :class:`lowerset.ArgumentTypeError` (a
+TypeError).
+"""
+
+import lowerset.exceptions
 from lowerset.exceptions import LowersetError, StrategyError
 
 __all__ = ["TorchExtError", "TraceError", "StrategyMismatchError", "HookUsageError",
-           "RecomputationError", "MissingTorchAPIError"]
+           "RecomputationError", "MeasurementError", "InternalError", "MissingTorchAPIError",
+           "BatchScalingError", "NoBatchFitsError"]
 
 
 class TorchExtError(LowersetError):
@@ -52,6 +61,16 @@ class RecomputationError(TorchExtError, RuntimeError):
         super().__init__(message)
 
 
+class MeasurementError(TorchExtError, RuntimeError):
+    """A :class:`~torch_ext.measure.MemoryMeter` cannot measure: another torch profiler is
+    already running (the CPU meter reads the memory events of a profiler of its own), or CUDA
+    is not available for a CUDA device."""
+
+
+class InternalError(TorchExtError, RuntimeError):
+    """An invariant of torch_ext does not hold: a bug in torch_ext, to be reported."""
+
+
 class MissingTorchAPIError(TorchExtError, ImportError):
     """The installed PyTorch lacks a private API torch_ext uses (:mod:`torch_ext._compat`),
     raised by ``import torch_ext``: an ImportError, as a missing PyTorch is.
@@ -65,3 +84,13 @@ class MissingTorchAPIError(TorchExtError, ImportError):
     def __init__(self, message, missing):
         self.missing = missing
         super().__init__(message)
+
+
+class BatchScalingError(TorchExtError, lowerset.exceptions.BatchScalingError):
+    """The traced graphs do not scale with the batch size (different operations, wiring, or
+    sizes that are not affine in the batch size)."""
+
+
+class NoBatchFitsError(TorchExtError, lowerset.exceptions.NoBatchFitsError):
+    """Not even the smallest batch fits the memory limit (``budget``, ``min_budget`` and
+    ``batch_size`` as :class:`lowerset.NoBatchFitsError`)."""

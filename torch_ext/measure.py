@@ -27,6 +27,7 @@ import torch
 
 from ._compat import (event_device_type, event_end_ns, event_name, event_nbytes,
                       event_start_ns, profile_events, profiler_enabled)
+from .exceptions import MeasurementError
 
 __all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"]
 
@@ -130,7 +131,7 @@ class MemoryMeter:
 
     Raises
     ------
-    RuntimeError
+    MeasurementError
         On entry, if a torch profiler is already running (CPU), or CUDA is not available for a
         CUDA device.
 
@@ -153,7 +154,7 @@ class MemoryMeter:
     def __enter__(self):
         if self.device.type == "cuda":
             if not torch.cuda.is_available():
-                raise RuntimeError("MemoryMeter: CUDA is not available")
+                raise MeasurementError("MemoryMeter: CUDA is not available")
             warm_cuda_libraries(self.device)
             torch.cuda.synchronize(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
@@ -161,7 +162,7 @@ class MemoryMeter:
             self._cuda_peak = self._base
             return self
         if profiler_enabled():
-            raise RuntimeError("MemoryMeter: a torch profiler is already running")
+            raise MeasurementError("MemoryMeter: a torch profiler is already running")
         self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                             profile_memory=True, record_shapes=False)
         self._prof.__enter__()

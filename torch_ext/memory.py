@@ -15,6 +15,8 @@ import weakref
 
 import torch
 
+from lowerset.exceptions import ArgumentTypeError
+
 from ._guards import step_device
 from .measure import MemoryMeter
 
@@ -87,10 +89,10 @@ def peak_memory(fn, *, params=None, device=None):
 
     Raises
     ------
-    RuntimeError
+    MeasurementError
         As :class:`torch_ext.measure.MemoryMeter`: a torch profiler is already running (CPU),
         or CUDA is not available for a CUDA device.
-    TypeError
+    lowerset.ArgumentTypeError
         If `params` is neither a Module nor an iterable of tensors.
 
     Notes
@@ -141,10 +143,10 @@ def _params_of(params):
     try:
         items = list(params)
     except TypeError:
-        raise TypeError(f"params must be a Module or an iterable of tensors, got "
-                        f"{type(params).__name__}") from None
+        raise ArgumentTypeError(f"params must be a Module or an iterable of tensors, got "
+                                f"{type(params).__name__}") from None
     if not all(isinstance(p, torch.Tensor) for p in items):
-        raise TypeError("params must hold tensors only")
+        raise ArgumentTypeError("params must hold tensors only")
     return list({id(p): p for p in items}.values())
 
 

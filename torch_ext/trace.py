@@ -29,6 +29,8 @@ import weakref
 
 import torch
 
+from lowerset.exceptions import ArgumentError
+
 from . import _ops
 from ._guards import check_not_compiled, step_device
 from ._autograd import node_tag, reachable_nodes
@@ -489,7 +491,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
 
     Raises
     ------
-    ValueError
+    lowerset.ArgumentError
         If `cost_model`, `repeats` or `time_unit` is invalid.
     TraceError
         If `step` dispatches no operation, returns something other than a one-element tensor
@@ -543,11 +545,11 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
 
 def _check_trace_args(cost_model, repeats, time_unit):
     if cost_model not in COST_MODELS:
-        raise ValueError(f"unknown cost_model {cost_model!r}; expected one of {COST_MODELS}")
+        raise ArgumentError(f"unknown cost_model {cost_model!r}; expected one of {COST_MODELS}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+        raise ArgumentError(f"repeats must be a positive int, got {repeats!r}")
     if not (isinstance(time_unit, (int, float)) and time_unit > 0):
-        raise ValueError(f"time_unit must be a positive number of seconds, got {time_unit!r}")
+        raise ArgumentError(f"time_unit must be a positive number of seconds, got {time_unit!r}")
 
 
 class _NoMeter:

@@ -4,6 +4,7 @@
 
 import torch
 
+from lowerset.exceptions import ArgumentTypeError
 from lowerset.verifying import VerificationError, VerifyReport, compare
 
 from . import _ops
@@ -71,8 +72,9 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, 
     VerificationError
         With `raise_on_mismatch`, if the report is not ok.
     TypeError
-        If `strategy` is not a :class:`lowerset.CanonicalStrategy`, or `params` is not one of
-        the types above.
+        If `strategy` is not a :class:`lowerset.CanonicalStrategy` (from the context).
+    lowerset.ArgumentTypeError
+        If `params` is not one of the types above.
     StrategyMismatchError
         If the step does not match the strategy's graph (from the context).
     RecomputationError
@@ -208,13 +210,13 @@ def _named_params(model, params):
     if isinstance(src, dict):
         return dict(src)
     if isinstance(src, torch.Tensor):
-        raise TypeError("params must be a Module, a dict of tensors or an iterable of tensors, "
-                        "got one tensor: pass [tensor]")
+        raise ArgumentTypeError("params must be a Module, a dict of tensors or an iterable of "
+                                "tensors, got one tensor: pass [tensor]")
     try:
         return {f"param#{i}": p for i, p in enumerate(src)}
     except TypeError:
-        raise TypeError(f"params must be a Module, a dict of tensors or an iterable of tensors, "
-                        f"got {type(src).__name__}") from None
+        raise ArgumentTypeError(f"params must be a Module, a dict of tensors or an iterable of "
+                                f"tensors, got {type(src).__name__}") from None
 
 
 class _Random:
