@@ -32,8 +32,8 @@ __all__ = ["TorchDispatchMode", "tree_flatten", "tree_unflatten", "WeakIdKeyDict
            "flop_registry", "current_autograd_node", "is_view", "op_schema", "op_packet",
            "profiler_enabled", "profile_events", "event_name", "event_device_type",
            "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
-           "is_compiled_function", "optimized_module_class", "APIS", "ON_FIRST_USE",
-           "SET_BY_COMPILE", "CHECKED_ON"]
+           "is_compiled_function", "optimized_module_class", "ddp_rebuilt_buckets", "APIS",
+           "ON_FIRST_USE", "SET_BY_COMPILE", "SET_BY_DDP", "CHECKED_ON"]
 
 #: The PyTorch versions every row below was checked on (``setup.cfg``'s torch extra pins the
 #: last one).
@@ -92,6 +92,13 @@ ON_FIRST_USE = {
 SET_BY_COMPILE = {
     "is_compiled_function": ("_torchdynamo_orig_callable",
                              "a torch.compile'd function, which the trace refuses"),
+}
+
+#: Attributes DistributedDataParallel keeps on its instances: plain name here -> (the
+#: attribute, what torch_ext uses it for); ``tests/torch_ext/test_ddp.py`` checks them.
+SET_BY_DDP = {
+    "ddp_rebuilt_buckets": ("_has_rebuilt_buckets",
+                            "whether DDP has reached its steady step (trace refuses before)"),
 }
 
 _MISSING = object()
@@ -171,6 +178,24 @@ def profile_events(prof):
 def compiled_call(module):
     """The compiled call of a ``Module.compile()``d `module` (None when it is not)."""
     return getattr(module, "_compiled_call_impl", None)
+
+
+def ddp_rebuilt_buckets(ddp):
+    """Whether DistributedDataParallel `ddp` has rebuilt its gradient buckets (in its second
+    step, where it rebuilds them).
+
+    Raises
+    ------
+    MissingTorchAPIError
+        If the installed PyTorch keeps no such attribute on `ddp`.
+    """
+    name = SET_BY_DDP["ddp_rebuilt_buckets"][0]
+    if not hasattr(ddp, name):
+        raise MissingTorchAPIError(
+            f"torch_ext needs DistributedDataParallel's private {name}, which torch "
+            f"{torch.__version__} does not have; torch_ext was checked on torch "
+            f"{', '.join(CHECKED_ON)}", [f"torch.nn.parallel.DistributedDataParallel.{name}"])
+    return bool(getattr(ddp, name))
 
 
 def is_compiled_function(obj):

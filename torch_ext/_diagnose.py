@@ -11,7 +11,15 @@ None) and ``device``.
 
 import torch
 
-__all__ = ["step_modes", "likely_cause", "autocast_state"]
+from ._compat import ddp_rebuilt_buckets
+from .exceptions import TraceError
+
+__all__ = ["step_modes", "likely_cause", "autocast_state", "check_steady_ddp"]
+
+#: What a user does about DDP's first steps.
+_DDP_ADVICE = ("run two steps before tracing (DistributedDataParallel's first step skips the "
+               "buffers' broadcast and its second rebuilds the gradient buckets: each runs "
+               "other operations than the steps after)")
 
 #: Floating dtypes autocast casts to.
 _LOW = (torch.float16, torch.bfloat16)
@@ -35,6 +43,18 @@ def step_modes(model, device):
         other = [name for name, m in model.named_modules() if name and m.training != training]
     return {"training": training, "other_mode": other,
             "autocast": autocast_state(device), "device": str(device)}
+
+
+def check_steady_ddp(model):
+    """Raise TraceError where `model` is a DistributedDataParallel before its steady step: one
+    that has not yet rebuilt its gradient buckets, where it rebuilds them (with a static graph,
+    or without ``find_unused_parameters``)."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return
+    rebuilds = model.static_graph or not model.find_unused_parameters
+    if rebuilds and not ddp_rebuilt_buckets(model):
+        raise TraceError(f"the model is a DistributedDataParallel in its first two steps: "
+                         f"{_DDP_ADVICE}, then trace")
 
 
 def autocast_state(device):
@@ -80,10 +100,18 @@ def likely_cause(modes, model, autocast_now, func, kwargs, tensors, expected, tr
     """
     for cause in (_mode_cause(modes, model), _autocast_cause(modes, autocast_now, func, kwargs,
                                                                traced_name),
-                  _argument_cause(tensors, expected)):
+                  _argument_cause(tensors, expected), _ddp_cause(model)):
         if cause:
             return cause
     return ""
+
+
+def _ddp_cause(model):
+    """A DistributedDataParallel model whose trace may come from its first steps (with
+    ``find_unused_parameters`` it never rebuilds its buckets, and the trace cannot tell)."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return ""
+    return f"if the trace ran in the model's first two steps, {_DDP_ADVICE}, then re-trace"
 
 
 def _mode_cause(modes, model):

@@ -25,12 +25,13 @@ import weakref
 import torch
 
 import lowerset
+from lowerset.exceptions import ArgumentTypeError
 
 from . import _ops
 from ._compat import TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node
+from ._branches import Branches
 from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
-from ._branches import Branches
 from ._replay import Call
 from .exceptions import HookUsageError, RecomputationError, StrategyMismatchError
 
@@ -486,17 +487,19 @@ def _strategies(strategy, graph):
     step's code), or the strategy [V] of `graph` where `strategy` is None."""
     if strategy is None:
         if graph is None:
-            raise TypeError("RecomputeContext(None) needs graph= (liveness analysis only)")
+            raise ArgumentTypeError("RecomputeContext(None) needs graph= (liveness analysis "
+                                    "only)")
         return [lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")]
     many = isinstance(strategy, (list, tuple))
     strategies = list(strategy) if many else [strategy]
     if not strategies:
-        raise TypeError("RecomputeContext needs at least one strategy, got an empty sequence")
+        raise ArgumentTypeError("RecomputeContext needs at least one strategy, got an empty "
+                                "sequence")
     for i, s in enumerate(strategies):
         if not isinstance(s, lowerset.CanonicalStrategy):
             where = f"strategy {i} of the sequence" if many else "strategy"
-            raise TypeError(f"{where} must be a lowerset.CanonicalStrategy, got "
-                            f"{type(s).__name__}")
+            raise ArgumentTypeError(f"{where} must be a lowerset.CanonicalStrategy, got "
+                                    f"{type(s).__name__}")
     return strategies
 
 

@@ -37,7 +37,7 @@ from ._autograd import node_tag, reachable_nodes
 from ._build import build as _build
 from ._compat import (TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node,
                       flop_registry, is_view, op_packet)
-from ._diagnose import step_modes
+from ._diagnose import check_steady_ddp, step_modes
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
 from .exceptions import TraceError
 from .measure import MemoryMeter
@@ -113,8 +113,9 @@ class _Recorder(TorchDispatchMode):
         op.writes = _ops.schema_writes(func, args, kwargs)
         copies = self._external_copies(op, tensors)
         out = self._run(op, func, args, kwargs, i)
-        op.mutates = sorted({p for p in op.writes if op.args[p][0] < 0}
-                            | {p for p, c in copies if not _same_bytes(c, tensors[p])})
+        written = {p for p, c in copies if not _same_bytes(c, tensors[p])}
+        op.mutates = sorted({p for p in op.writes | written if op.args[p][0] < 0})
+        _pin_hidden_writes(op, written)
         del copies
         outs = _ops.output_tensors(out)
         self._record_outputs(op, i, tensors, outs, kwargs)
@@ -171,12 +172,13 @@ class _Recorder(TorchDispatchMode):
         return e
 
     def _external_copies(self, op, tensors):
-        """Copies of the external tensors without a gradient that the call reads but does not
-        declare it writes, to find those it writes anyway (``native_batch_norm``'s running
-        statistics)."""
+        """Copies of the tensors in external memory without a gradient that the call reads but
+        does not declare it writes, to find those it writes anyway (``native_batch_norm``'s
+        running statistics), read as external arrays or through a node's output (the buffer
+        an in-place ``copy_`` returns, as DDP's broadcast of the buffers does)."""
         return [(p, t.detach().clone()) for p, t in enumerate(tensors)
-                if op.args[p][0] < 0 and p not in op.writes and not t.requires_grad
-                and t.numel()]
+                if p not in op.writes and not t.requires_grad and t.numel()
+                and (op.args[p][0] < 0 or _ops.storage_key(t) in self.ext_storages)]
 
     def _record_outputs(self, op, i, tensors, outs, kwargs):
         sizes = _ops.output_bytes(outs, tensors)
@@ -434,6 +436,16 @@ def _flops(func, args, kwargs, out, outs, views):
     return sum(o.numel() for o, p in zip(outs, views) if p < 0)
 
 
+def _pin_hidden_writes(op, written):
+    """Pin a call that writes, undeclared, into external memory it reads through a node's
+    output: the executor would recompute it on the memory itself (BatchNorm's running
+    statistics, updated twice)."""
+    through = [op.args[p][0] for p in sorted(written) if op.args[p][0] >= 0]
+    if through:
+        op.pin = op.pin or (f"writes into memory outside the step that it reads through the "
+                            f"output of node {through[0]}")
+
+
 def _median_time(func, args, kwargs, extra, first):
     times = [first]
     for _ in range(extra):
@@ -496,7 +508,9 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     TraceError
         If `step` dispatches no operation, returns something other than a one-element tensor
         with a gradient, runs a ``torch.compile``d module, or its backward pass reads a saved
-        tensor in an autograd node that no traced operation made.
+        tensor in an autograd node that no traced operation made; if `model` is a
+        DistributedDataParallel in its first two steps (which run other operations than the
+        steps after: run two steps, then trace).
 
     Notes
     -----
@@ -512,6 +526,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     """
     _check_trace_args(cost_model, repeats, time_unit)
     check_not_compiled(step, model, TraceError)
+    check_steady_ddp(model)
     device = step_device(step, model)
     rng = _RandomState.save()
     meter = MemoryMeter(device) if measure_memory else _NoMeter()
