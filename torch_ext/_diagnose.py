@@ -14,7 +14,7 @@ import torch
 from ._compat import ddp_rebuilt_buckets
 from .exceptions import TraceError
 
-__all__ = ["step_modes", "likely_cause", "autocast_state", "check_steady_ddp"]
+__all__ = ["step_modes", "likely_cause", "autocast_state", "check_wrapper"]
 
 #: What a user does about DDP's first steps.
 _DDP_ADVICE = ("run two steps before tracing (DistributedDataParallel's first step skips the "
@@ -45,10 +45,21 @@ def step_modes(model, device):
             "autocast": autocast_state(device), "device": str(device)}
 
 
-def check_steady_ddp(model):
-    """Raise TraceError where `model` is a DistributedDataParallel before its steady step: one
-    that has not yet rebuilt its gradient buckets, where it rebuilds them (with a static graph,
-    or without ``find_unused_parameters``)."""
+def check_wrapper(model):
+    """Raise TraceError where `model` is a data-parallel wrapper whose steps a plan cannot
+    follow: FSDP1 (``FullyShardedDataParallel``), whose forward pass swaps the parameters'
+    storage in and out, or a DistributedDataParallel before its steady step (one that has not
+    yet rebuilt its gradient buckets, where it rebuilds them: with a static graph, or without
+    ``find_unused_parameters``)."""
+    if model is None or not torch.distributed.is_available():
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if any(isinstance(m, FullyShardedDataParallel) for m in model.modules()):
+        raise TraceError("the model is wrapped in FSDP1 (FullyShardedDataParallel), which "
+                         "torch_ext does not run: its steps differ from the traced one; use "
+                         "FSDP2 (torch.distributed.fsdp.fully_shard) or "
+                         "DistributedDataParallel")
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return
     rebuilds = model.static_graph or not model.find_unused_parameters

@@ -37,7 +37,7 @@ from ._autograd import node_tag, reachable_nodes
 from ._build import build as _build
 from ._compat import (TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node,
                       flop_registry, is_view, op_packet)
-from ._diagnose import check_steady_ddp, step_modes
+from ._diagnose import check_wrapper, step_modes
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
 from .exceptions import TraceError
 from .measure import MemoryMeter
@@ -510,7 +510,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
         with a gradient, runs a ``torch.compile``d module, or its backward pass reads a saved
         tensor in an autograd node that no traced operation made; if `model` is a
         DistributedDataParallel in its first two steps (which run other operations than the
-        steps after: run two steps, then trace).
+        steps after: run two steps, then trace) or holds an FSDP1 module.
 
     Notes
     -----
@@ -526,7 +526,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     """
     _check_trace_args(cost_model, repeats, time_unit)
     check_not_compiled(step, model, TraceError)
-    check_steady_ddp(model)
+    check_wrapper(model)
     device = step_device(step, model)
     rng = _RandomState.save()
     meter = MemoryMeter(device) if measure_memory else _NoMeter()

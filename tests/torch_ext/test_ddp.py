@@ -1,6 +1,7 @@
 """DistributedDataParallel: a trace before DDP's steady state (its first iterations skip the
 buffers' broadcast and rebuild the gradient buckets) is refused with what to do; a trace after
-it runs on two gloo processes bitwise as a plain DDP step, at the predicted peak."""
+it runs on two gloo processes bitwise as a plain DDP step, at the predicted peak. A model with
+FSDP1 is refused, pointing to FSDP2."""
 
 import json
 
@@ -100,3 +101,15 @@ def test_a_trace_before_the_steady_state_is_refused(one_process, warmup):
         step().backward()
     with pytest.raises(torch_ext.TraceError, match="DistributedDataParallel.*two steps"):
         torch_ext.trace(step, model=ddp)
+
+
+@pytest.mark.filterwarnings("ignore:FSDP is switching to use `NO_SHARD`:UserWarning")
+def test_fsdp1_is_refused_naming_fsdp2(one_process):
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(),
+                          FullyShardedDataParallel(nn.Linear(8, 2), use_orig_params=True,
+                                                   device_id=torch.device("cpu")))
+    x = torch.randn(4, 8)
+    with pytest.raises(torch_ext.TraceError, match="FSDP1.*fully_shard"):
+        torch_ext.trace(lambda: model(x).sum(), model=model)
