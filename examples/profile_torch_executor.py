@@ -31,6 +31,7 @@ the executor's own time, and the wall-time ratios come from the unprofiled round
 
 import argparse
 import cProfile
+import functools
 import json
 import os
 import pathlib
@@ -80,18 +81,13 @@ def _setup(name, attention, size):
 
 
 def _runner(model, step, plan):
+    """One step of `model` (gradients None first), under `plan`'s context where given."""
     import torch_ext
 
-    ctx = None if plan is None else torch_ext.RecomputeContext(plan, model=model)
+    from bench_hf import _run
 
-    def run():
-        model.zero_grad(set_to_none=True)
-        if ctx is None:
-            step().backward()
-        else:
-            with ctx:
-                step().backward()
-    return run
+    ctx = None if plan is None else torch_ext.RecomputeContext(plan, model=model)
+    return functools.partial(_run, model, step, ctx)
 
 
 def _times(runners, rounds):
