@@ -42,9 +42,8 @@ class Branch:
     def reset(self):
         self.check.reset()
         self.cursor = lowerset.EventCursor(self.schedule)
-        self.waiting = []   # forward events held back while other branches are open
-        self.held = []      # their indices in the schedule's events
-        self.released_at = None   # the index of the event they ran before
+        self.held = []      # indices of the forward events held back while others are open
+        self.released_at = None   # the index of the event they ran before, once they ran
 
     def expected_events(self):
         """The schedule's events in the order the context runs them: those held back until
@@ -148,12 +147,12 @@ class Branches:
                  for b in self.open]
         if self.known:
             b, (start, events) = self.active, taken[0]
-            if b.waiting:
-                events, b.waiting, b.released_at = b.waiting + events, [], start
+            if b.held and b.released_at is None:
+                b.released_at = start
+                events = [b.cursor.plan[i] for i in b.held] + events
             return events
-        if all(not b.waiting and e == taken[0][1] for b, (_, e) in zip(self.open, taken)):
+        if all(not b.held and e == taken[0][1] for b, (_, e) in zip(self.open, taken)):
             return taken[0][1]
         for b, (start, e) in zip(self.open, taken):
-            b.waiting += e
             b.held += range(start, start + len(e))
         return []
