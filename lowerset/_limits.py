@@ -27,9 +27,9 @@ SMALL_ALLOCATION = 64 * 2**20
 
 
 class _CompileTimer(event.Listener):
-    """Wall seconds Numba has spent compiling in this process: outermost compilations (a
-    kernel's compilation compiles the functions it calls inside it), any thread. Loading a
-    kernel from Numba's disk cache is not a compilation."""
+    """Wall seconds Numba has spent holding (or waiting for) its compiler lock in this process:
+    compiling a kernel or loading it from Numba's disk cache, outermost only (a kernel's
+    compilation compiles the functions it calls inside it), any thread."""
 
     def __init__(self):
         self.seconds = 0.0
@@ -57,13 +57,14 @@ class _CompileTimer(event.Listener):
 
 
 _COMPILING = _CompileTimer()
-event.register("numba:compile", _COMPILING)
+event.register("numba:compiler_lock", _COMPILING)
 
 
 def clock():
     """Seconds on the planner's clock: ``time.perf_counter()`` less the seconds Numba has spent
-    compiling kernels. A time limit counts the search, not the one-time compilation of the DP
-    kernels in a process whose disk cache is empty (10-20 s on these 2-core machines)."""
+    compiling kernels or loading them from its disk cache. A time limit counts the search, not
+    the one-time compilation of the DP kernels in a process whose disk cache is empty (about
+    33 s on these 2-core machines) or their loading from a warm cache (0.3-0.5 s)."""
     return time.perf_counter() - _COMPILING.total()
 
 

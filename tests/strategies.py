@@ -11,6 +11,8 @@ flags, so a failing example shrinks toward the path 0 -> 1 -> ... -> n-1 with co
 0, relabelled by the identity; fewer nodes shrink first.
 """
 
+import warnings
+
 import hypothesis.strategies as st
 
 import lowerset as ls
@@ -69,6 +71,17 @@ def examples(factor):
     from hypothesis import settings
 
     return max(5, int(settings.default.max_examples * factor))
+
+
+def default_plan(planner, g, *args, **kwargs):
+    """``planner(g, *args, **kwargs)`` with the default time limit, its TimeLimitWarning
+    silenced: for tests of what a plan does (its prediction, its gradients), any plan the
+    default planner returns is a subject. A random network can have tens of thousands of lower
+    sets (a 38-node one has 42,067; its first ``min_peak`` takes 7.8 s on these machines), so
+    whether the default limit cuts the search depends on the machine's speed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ls.TimeLimitWarning)
+        return planner(g, *args, **kwargs)
 
 
 #: Shapes of :func:`wide_dags`, the first one being what a failing example shrinks to.

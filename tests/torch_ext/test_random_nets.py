@@ -13,6 +13,7 @@ from hypothesis import strategies as st  # noqa: E402
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 
+from strategies import default_plan  # noqa: E402
 from torch_nets import cut_plan, first_difference, save, step  # noqa: E402
 
 C = 4
@@ -98,7 +99,7 @@ def test_random_nets_run_any_strategy_bitwise(net, data):
     plain, plain_peak, _ = step(model, fn, state)
     assert abs(plain_peak - (lowerset.schedule(graph).peak - graph.facts.resident)) <= SCALARS
     cuts = data.draw(st.lists(st.integers(1, max(1, graph.n - 1)), max_size=4), label="cuts")
-    for plan in (cut_plan(graph, cuts), lowerset.min_peak(graph)):
+    for plan in (cut_plan(graph, cuts), default_plan(lowerset.min_peak, graph)):
         planned, peak, ctx = step(model, fn, state, plan)
         assert first_difference(plain, planned) is None
         assert ctx.events == list(plan.schedule.events)
