@@ -11,19 +11,26 @@ needed, and ``chainer_ext._compat.applied`` lists those that ran (see ``_compat.
 >>> hook = RecomputeHook(lowerset.solve(graph, mode="time"))      # doctest: +SKIP
 """
 
+# ruff: noqa: E402, F401, F403
 from ._compat import import_chainer as _import_chainer
 
 _import_chainer()  # before anything imports chainer: NumPy 2 / Python 3.12 fixes (_compat.py)
 
-from .exceptions import *  # noqa: F401,F403,E402
-from .trace import trace, TracedGraph, preset_cost, COST_MODELS  # noqa: F401,E402
-from .hook import RecomputeHook, LivenessHook  # noqa: F401,E402
-from .memory import peak_memory, PeakMemoryHook, MemoryReport  # noqa: F401,E402
-from .batch import (max_batch_size, BatchSizeResult, BatchTrial, BatchScalingError,  # noqa: F401,E402
-                    NoBatchFitsError, extrapolate)
-from .timeline import measure_timeline, MeasuredTimeline  # noqa: F401,E402
-from .verify import verify, VerifyReport, VerificationError  # noqa: F401,E402
-from . import exceptions  # noqa: E402
+from . import exceptions
+from .batch import (
+    BatchScalingError,
+    BatchSizeResult,
+    BatchTrial,
+    NoBatchFitsError,
+    extrapolate,
+    max_batch_size,
+)
+from .exceptions import *
+from .hook import LivenessHook, RecomputeHook
+from .memory import MemoryReport, PeakMemoryHook, peak_memory
+from .timeline import MeasuredTimeline, measure_timeline
+from .trace import COST_MODELS, TracedGraph, preset_cost, trace
+from .verify import VerificationError, VerifyReport, verify
 
 __all__ = (["trace", "TracedGraph", "preset_cost", "COST_MODELS", "RecomputeHook",
             "LivenessHook", "peak_memory", "PeakMemoryHook", "MemoryReport", "max_batch_size",

@@ -93,7 +93,8 @@ def _numpy_distutils_stub():
         return
     names = ("numpy.distutils", "numpy.distutils.system_info")
     saved = {n: sys.modules[n] for n in names if n in sys.modules}
-    pkg = types.ModuleType("numpy.distutils", "Stub from chainer_ext._compat (import chainer only).")
+    pkg = types.ModuleType("numpy.distutils",
+                           "Stub from chainer_ext._compat (import chainer only).")
     pkg.__path__ = []
     info = types.ModuleType("numpy.distutils.system_info",
                             "Stub from chainer_ext._compat: get_info() knows no library.")

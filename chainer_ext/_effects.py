@@ -76,7 +76,7 @@ def _parent(func, path):
     return obj
 
 
-# -- values ----------------------------------------------------------------------------------------
+# -- values ---------------------------------------------------------------------------------------
 # A captured value is MISSING or a tuple (kind, object, data): ("array", a, copy of a),
 # ("rng", r, state), ("gen", g, state), ("value", v, None) or ("global", None, state).
 
@@ -228,7 +228,7 @@ def _unchanged(before, after):
     return same_data(d1, d2)
 
 
-# -- detection at trace time -----------------------------------------------------------------------
+# -- detection at trace time ----------------------------------------------------------------------
 
 
 class Snapshot:
@@ -324,7 +324,7 @@ class Snapshot:
         return paths, pin
 
 
-# -- CuPy's generator ------------------------------------------------------------------------------
+# -- CuPy's generator -----------------------------------------------------------------------------
 
 
 def counting_random_state(base, inner, watch):

@@ -55,8 +55,7 @@ import chainer
 
 import lowerset
 from lowerset import batching
-from lowerset.batching import (PLANNERS, BatchSizeResult, BatchTrial, least_peak,  # noqa: F401
-                               predict)
+from lowerset.batching import PLANNERS, BatchSizeResult, BatchTrial, least_peak, predict  # noqa: F401
 
 from . import _backend
 from ._chainer_internals import grad_or_none

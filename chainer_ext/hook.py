@@ -17,13 +17,10 @@ import numpy as np
 
 import lowerset
 
-from . import _backend
+from . import _backend, _effects, _freed
 from . import _chainer_internals as _ci
-from . import _effects
-from . import _freed
 from .exceptions import HookUsageError, StrategyMismatchError
-from .trace import (array_attr_ids, forward_state, get_state, output_arrays, output_attrs,
-                    set_state)
+from .trace import array_attr_ids, forward_state, get_state, output_arrays, output_attrs, set_state
 
 __all__ = ["RecomputeHook", "LivenessHook"]
 
@@ -309,6 +306,7 @@ class RecomputeHook(chainer.FunctionHook):
                 and _matches(in_data, self._in_sig[0]))
 
     def added(self, function):
+        """Chainer's FunctionHook callback on registration: only global registration."""
         if function is not None:
             raise HookUsageError("register RecomputeHook globally with `with hook:`; adding it "
                                  "to a single function is not supported")
@@ -352,6 +350,9 @@ class RecomputeHook(chainer.FunctionHook):
     # -- forward ----------------------------------------------------------------------------------
 
     def forward_preprocess(self, function, in_data):
+        """Chainer's callback before each forward application: check its class and input
+        signature against the graph's next function, finish the previous one (its schedule
+        events) and keep what its recomputation will need."""
         phase = self._phase
         if phase not in ("forward", "done"):
             return   # idle, or a function applied by a backward step
@@ -401,6 +402,8 @@ class RecomputeHook(chainer.FunctionHook):
         self._pending = j
 
     def forward_postprocess(self, function, in_data):
+        """Chainer's callback after each forward application: leaves the function (the
+        functions it applies inside are not nodes)."""
         if self._phase not in ("forward", "done"):
             return
         self._depth -= 1
@@ -459,6 +462,9 @@ class RecomputeHook(chainer.FunctionHook):
     # -- backward ---------------------------------------------------------------------------------
 
     def backward_preprocess(self, function, in_data, out_grad):
+        """Chainer's callback before each backward application: at the first, check that the
+        whole forward pass ran; run the schedule's events up to this backward step (the
+        recomputations it needs) and check that it is the one the schedule expects."""
         if self._phase == "idle":
             return
         if self._phase == "done":
@@ -488,6 +494,8 @@ class RecomputeHook(chainer.FunctionHook):
             self._note("backward", j, _nbytes(self._gy))
 
     def backward_postprocess(self, function, in_data, out_grad):
+        """Chainer's callback after each backward application: run the schedule's events
+        after it (frees), and end the step after the last."""
         if self._phase != "backward":
             return
         self._bdepth -= 1

@@ -23,9 +23,8 @@ import numpy as np
 
 import lowerset
 
-from . import _backend
+from . import _backend, _effects
 from . import _chainer_internals as _ci
-from . import _effects
 from ._probe import MemoryProbe
 from .exceptions import TraceError
 
@@ -73,10 +72,13 @@ class TracedGraph(lowerset.Graph):
 
     @property
     def param_bytes(self):
+        """Bytes of the step's parameters (the external arrays of kind "param")."""
         return sum(b for kind, b in self.facts.externals if kind == "param")
 
     @property
     def input_bytes(self):
+        """Bytes of the step's inputs (the batch): the external arrays of kind "input" made
+        before the step."""
         made = self.facts.external_made or (-1,) * len(self.facts.externals)
         return sum(b for (kind, b), m in zip(self.facts.externals, made)
                    if kind == "input" and m < 0)

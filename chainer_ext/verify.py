@@ -6,8 +6,7 @@ import numpy as np
 
 from lowerset.verifying import VerificationError, VerifyReport, compare
 
-from . import _backend
-from . import _effects
+from . import _backend, _effects
 from ._chainer_internals import grad_or_none
 from .hook import RecomputeHook
 
@@ -81,7 +80,7 @@ def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
     return report
 
 
-# -- state -----------------------------------------------------------------------------------------
+# -- state ----------------------------------------------------------------------------------------
 
 
 class _State:
@@ -169,7 +168,7 @@ def _put(obj, attr, value):
         setattr(obj, attr, _copy(value))
 
 
-# -- one run ---------------------------------------------------------------------------------------
+# -- one run --------------------------------------------------------------------------------------
 
 
 class _Watch(chainer.FunctionHook):
@@ -228,7 +227,7 @@ def _run(step, hook):
     return loss, watch
 
 
-# -- comparison ------------------------------------------------------------------------------------
+# -- comparison -----------------------------------------------------------------------------------
 
 
 def _diff(a, b):

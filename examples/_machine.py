@@ -61,7 +61,8 @@ def machine_info():
             import cupy
 
             props = cupy.cuda.runtime.getDeviceProperties(0)
-            info["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            name = props["name"]
+            info["gpu"] = name.decode() if isinstance(name, bytes) else name
         except Exception:  # noqa: BLE001 - no device
             info["gpu"] = None
     return info

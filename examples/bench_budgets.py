@@ -3,7 +3,8 @@
 For each network at the CPU preset of ``reproduce_table1.py``, the traced graph's plain step
 has a predicted peak P (``lowerset.schedule(graph).peak``, bytes of the whole step: parameters,
 inputs, activations, gradients, workspace). At B = 0.9 P, 0.75 P, 0.6 P, midway between P and
-the planner's least peak, and at that least peak, this script plans with ``lowerset.solve(graph, budget=B, method=...)`` and compares
+the planner's least peak, and at that least peak, this script plans with
+``lowerset.solve(graph, budget=B, method=...)`` and compares
 its overhead (what the schedule recomputes, cost units) with the best alternative whose
 predicted peak fits B:
 
@@ -37,8 +38,9 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from chainer_ext import RecomputeHook, peak_memory
     import chainer
+
+    from chainer_ext import RecomputeHook, peak_memory
 
 import numpy as np  # noqa: E402
 

@@ -70,9 +70,10 @@ def graph_of(key, graphs_dir):
 
 
 def _trace(name):
-    from chainer_ext import trace
     import chainer
     import chainer.functions as F
+
+    from chainer_ext import trace
 
     np.random.seed(0)
     if name == "smallnet":
@@ -216,7 +217,8 @@ def summary_table(results):
 def network_table(res):
     out = [f"### {res['network']} ({res['nodes']} nodes, T(V) = {res['T(V)']} cost units)\n",
            "| budget (GB) | solve | " + " | ".join(LABELS[h] for h in HEURISTICS)
-           + " | solve s | DTR s (max) |", "|---:|---:|" + "---:|" * len(HEURISTICS) + "---:|---:|"]
+           + " | solve s | DTR s (max) |",
+           "|---:|---:|" + "---:|" * len(HEURISTICS) + "---:|---:|"]
     for r in res["rows"]:
         cells = [str(r[h]) if r[h] is not None else "-" for h in HEURISTICS]
         dtr_s = max(r[f"{h}_s"] for h in HEURISTICS)

@@ -29,11 +29,11 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+import hf_models  # noqa: E402
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
-from torch_ext.measure import MemoryMeter  # noqa: E402
-import hf_models  # noqa: E402
 from bench_torch import machine_info, machine_line, planned_flops  # noqa: E402
+from torch_ext.measure import MemoryMeter  # noqa: E402
 
 
 def _run(model, step, ctx=None):

@@ -51,9 +51,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import lowerset as ls  # noqa: E402
+from _machine import machine_line  # noqa: E402
 from lowerset.bruteforce import brute_schedule_points  # noqa: E402
 from lowerset.optimality.general import solve_general  # noqa: E402
-from _machine import machine_line  # noqa: E402
 
 METHODS = ("approx", "exact")
 FRACTIONS = (0.0, 1 / 3, 2 / 3)
@@ -169,8 +169,8 @@ def network_sample(source, graphs_dir):
     import chainer
     import numpy as np
 
-    from chainer_ext import trace
     import reproduce_table1 as t1
+    from chainer_ext import trace
 
     out = []
     for name in NETWORKS:

@@ -31,8 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import lowerset as ls  # noqa: E402
 import block_graphs  # noqa: E402
+import lowerset as ls  # noqa: E402
 import traced_graphs  # noqa: E402
 from _machine import machine_info, machine_line  # noqa: E402
 

@@ -44,8 +44,8 @@ sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
 
-import lowerset as ls  # noqa: E402
 import block_graphs  # noqa: E402
+import lowerset as ls  # noqa: E402
 import traced_graphs  # noqa: E402
 from _machine import machine_info, machine_line  # noqa: E402
 
@@ -390,7 +390,7 @@ MODULES = (("_kernels.py", "DP kernels (_kernels.py)"), ("dp.py", "dp.py"),
 
 
 def profile(family, nodes, method="auto"):
-    """cProfile of ``min_peak`` and ``solve`` halfway on a fresh graph: a Markdown table of the
+    """CProfile of ``min_peak`` and ``solve`` halfway on a fresh graph: a Markdown table of the
     phases' cumulative seconds and the modules' own seconds."""
     import cProfile
     import pstats

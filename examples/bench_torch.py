@@ -2,7 +2,8 @@
 
 For each network of :mod:`examples.torch_models` (torchvision ResNet-50, a U-Net with long
 skips, a GPT-2-small-like decoder stack with dropout, a plain MLP chain, and with ``--models
-llama`` the LLaMA-style stack; built here with random weights), one training step (forward and backward, no optimizer) is run under each method:
+llama`` the LLaMA-style stack; built here with random weights), one training step (forward
+and backward, no optimizer) is run under each method:
 
 - ``plain``: no recomputation;
 - ``checkpoint``: each block of ``net.blocks(model)`` wrapped in a module that calls
@@ -93,10 +94,14 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch.utils.checkpoint import (CheckpointPolicy, checkpoint,  # noqa: E402
-                                    checkpoint_sequential, create_selective_checkpoint_contexts)
 import torch.utils._pytree as pytree  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils.checkpoint import (  # noqa: E402
+    CheckpointPolicy,
+    checkpoint,
+    checkpoint_sequential,
+    create_selective_checkpoint_contexts,
+)
 from torch.utils.flop_counter import flop_registry  # noqa: E402
 
 import lowerset  # noqa: E402
@@ -440,8 +445,8 @@ class CompiledSettings:
         return compile_part
 
     def backend(self, gm, example_inputs):
-        from torch._dynamo.backends.debugging import aot_eager
         import torch._functorch.config as functorch_config
+        from torch._dynamo.backends.debugging import aot_eager
 
         self.graphs += 1
         compiled = {}
@@ -738,7 +743,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "nodes": len(graph.labels), "resident": resident, "plain_predicted": plain_pred,
               "least_predicted": least_plan.schedule.peak, "budgets": budgets,
               "plain_flops": plain["step_flops"],
-              "plain_formula_flops": plain["step_formula_flops"], "sac_saves": sorted(str(p) for p in sac_save_list()),
+              "plain_formula_flops": plain["step_formula_flops"],
+              "sac_saves": sorted(str(p) for p in sac_save_list()),
               "compiled_graphs": switch.graphs, "not_applicable": not_applicable,
               "rows": rows, "load": load, "seconds": time.perf_counter() - start,
               "device": str(case.device)}

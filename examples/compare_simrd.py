@@ -39,7 +39,7 @@ THEIRS = {"dtr": "DTREqClass", "dtr_local": "DTRLocal", "lru": "LRU", "size": "L
 
 
 def unit_chain(n, mb=1_000_000):
-    """n unit layers of `mb` bytes whose backward reads its input only (simrd's
+    """N unit layers of `mb` bytes whose backward reads its input only (simrd's
     uniform_linear model)."""
     g = ls.Graph.chain(n, memory=mb)
     F = g.facts
@@ -113,7 +113,7 @@ def simrd_program(g, rt, Operator):
 
 
 def load_simrd(path):
-    """simrd's runtime, heuristics and Operator, imported from the checkout at `path`; and a
+    """Simrd's runtime, heuristics and Operator, imported from the checkout at `path`; and a
     runtime subclass that never evicts gradients."""
     sys.path.insert(0, os.path.abspath(path))
     from simrd import heuristic, runtime

@@ -67,10 +67,9 @@ def _group(filename, name):
 
 
 def _setup(name, attention, size):
+    import hf_models
     import lowerset
     import torch_ext
-
-    import hf_models
 
     model, step = hf_models.build(name, attention, size=size)
     graph = torch_ext.trace(step, model=model)
@@ -83,7 +82,6 @@ def _setup(name, attention, size):
 def _runner(model, step, plan):
     """One step of `model` (gradients None first), under `plan`'s context where given."""
     import torch_ext
-
     from bench_hf import _run
 
     ctx = None if plan is None else torch_ext.RecomputeContext(plan, model=model)

@@ -1,7 +1,8 @@
 """Make the three pictures of the README (``docs/images/``) with :mod:`lowerset.plot`.
 
 - ``timeline.png``: ResNet50 at 64x64, batch 8, traced on the CPU, planned with
-  ``lowerset.solve`` at a budget a quarter of the way from its least peak to the plain step's peak; a real
+  ``lowerset.solve`` at a budget a quarter of the way from its least peak to the plain step's
+  peak; a real
   step measured with ``chainer_ext.measure_timeline`` overlaid;
 - ``pareto.png``: the authors' GoogLeNet graph, the planner's front with Chen's sqrt(n) and the
   paper's DP (time- and memory-centric at its minimal eq. (2) budget);
@@ -26,12 +27,13 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    import chainer_ext
     import chainer
 
+    import chainer_ext
+
 import lowerset  # noqa: E402
-from lowerset import plot  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402
+from lowerset import plot  # noqa: E402
 
 
 def main(argv=None):

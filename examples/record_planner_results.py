@@ -1,4 +1,4 @@
-"""Record the device-budget planner's results on a sample of graphs, for tests/test_scale.py.
+r"""Record the device-budget planner's results on a sample of graphs, for tests/test_scale.py.
 
 For each graph (the authors' seven, default facts; block-repetitive graphs of
 ``examples/block_graphs.py``) and method ("approx", "exact"): the plain step's peak, ``min_peak``
@@ -49,8 +49,8 @@ def all_specs():
 
 def graph_of(spec, graphs_dir):
     """A fresh graph for `spec`: "cg/<name>" or "<family>/<depth>"."""
-    import lowerset as ls
     import block_graphs
+    import lowerset as ls
 
     kind, name = spec.split("/")
     if kind == "cg":
@@ -60,8 +60,8 @@ def graph_of(spec, graphs_dir):
 
 def warm_up():
     """Compile the Numba kernels so that no recorded call pays for the JIT."""
-    import lowerset as ls
     import block_graphs
+    import lowerset as ls
 
     g = block_graphs.build("transformer", 2)
     plain = ls.schedule(g).peak

@@ -20,7 +20,8 @@ preset: six points up to it); the recomputation methods above Vanilla's largest 
 method's largest batch that does not exceed their own (GPU preset: and six points across their
 range). Outputs (``--out``, default ``results/``): ``figure4.png`` (one panel per network in the
 paper's layout: runtime per iteration against batch size, Vanilla's largest batch
-as a dashed line and its per-sample time times the batch dotted), ``figure4.md`` and ``figure4.json``.
+as a dashed line and its per-sample time times the batch dotted), ``figure4.md`` and
+``figure4.json``.
 
 What "fits" means: on a GPU, CuPy's memory pool is limited to the cap and a step fits if it does
 not raise ``cupy.cuda.memory.OutOfMemoryError``; on the CPU nothing enforces a cap, and a step
@@ -79,8 +80,9 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from chainer_ext import RecomputeHook, extrapolate, max_batch_size  # noqa: F401
     import chainer
+
+    from chainer_ext import RecomputeHook, extrapolate, max_batch_size  # noqa: F401
 
 import numpy as np  # noqa: E402
 

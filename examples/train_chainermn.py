@@ -52,15 +52,13 @@ import os
 import sys
 import time
 
-import numpy as np
-
-import chainer_ext  # noqa: F401  (first: its NumPy fixes for Chainer)
-
 import chainer
 import chainer.functions as F
 import chainer.links as L
 import chainermn
+import numpy as np
 
+import chainer_ext  # noqa: F401  (first: its NumPy fixes for Chainer)
 import lowerset
 from chainer_ext import RecomputeHook, peak_memory, trace
 
@@ -401,6 +399,7 @@ def main_or_abort():
         return main()
     except BaseException:
         import traceback
+
         from mpi4py import MPI
         traceback.print_exc()
         sys.stderr.flush()

@@ -105,7 +105,8 @@ class Deadline:
                 where = where()
             raise SearchLimitError(
                 f"time limit of {self.limit:.3g} s exceeded {where}, after "
-                f"{self.elapsed():.3f} s; raise time_limit, or plan with method='approx'", limit="time_limit")
+                f"{self.elapsed():.3f} s; raise time_limit, or plan with method='approx'",
+                limit="time_limit")
 
 
 NO_DEADLINE = Deadline(None)

@@ -32,8 +32,13 @@ import warnings
 from dataclasses import dataclass, field
 
 from . import baselines
-from .exceptions import (ArgumentError, ArgumentTypeError, BatchScalingError,
-                         InfeasibleBudgetError, NoBatchFitsError)
+from .exceptions import (
+    ArgumentError,
+    ArgumentTypeError,
+    BatchScalingError,
+    InfeasibleBudgetError,
+    NoBatchFitsError,
+)
 from .execution import ExecutionFacts
 from .graph import Graph
 from .planner import pareto, solve

@@ -168,7 +168,8 @@ def sequence_cost(G, lower_sets):
 
 
 def all_sequences(G, family=None, max_nodes=MAX_NODES):
-    """Return every strictly increasing lower-set sequence ending with V, with its costs (Sec. 4.1).
+    """Return every strictly increasing lower-set sequence ending with V, with its costs
+    (Sec. 4.1).
 
     A depth-first search from ∅ that, from a prefix L_1 ⊊ ... ⊊ L_i, tries every lower set
     L' ⊋ L_i, updating the overhead T({L_1 ≺ ... ≺ L_i}) (eq. 1), the cache M(U_i) and the peak
@@ -312,7 +313,8 @@ def brute_time_centric(G, budget, family=None, sequences=None):
     Examples
     --------
     >>> from lowerset.bruteforce import brute_time_centric
-    >>> brute_time_centric(ls.Graph.chain(4, memory=10), 50), brute_time_centric(ls.Graph.chain(4, memory=10), 49)
+    >>> g = ls.Graph.chain(4, memory=10)
+    >>> brute_time_centric(g, 50), brute_time_centric(g, 49)
     (1, None)
     """
     fits = [t for t, peak, _ in _sequences(G, sequences, family) if peak <= budget]

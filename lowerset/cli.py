@@ -44,7 +44,7 @@ class CommandError(Exception):
 
 
 def _size(text):
-    """argparse type for sizes."""
+    """Argparse type for sizes."""
     from .units import parse_size
 
     try:

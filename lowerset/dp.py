@@ -274,6 +274,7 @@ def _new_fronts(fam):
 
 class _Bound(NamedTuple):
     """The A* bound of the time-centric DP at one eq. (2) budget (:func:`_remaining_bound`)."""
+
     lb: np.ndarray    # int64, shape (s,): the bound of every state at a set (cost units)
     g: np.ndarray     # float64, shape (s, K): see :func:`_kernels.remaining_bound`
     lam: np.ndarray   # float64, shape (K,): its multipliers (cost units per byte)

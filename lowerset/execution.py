@@ -231,7 +231,8 @@ class ExecutionFacts:
         """Raise GraphError naming the first fact that does not fit `graph`."""
         n = graph.n
         if len(self.nodes) != n:
-            raise GraphError(f"execution facts describe {len(self.nodes)} nodes, the graph has {n}")
+            raise GraphError(f"execution facts describe {len(self.nodes)} nodes, "
+                             f"the graph has {n}")
         if sorted(self.forward_order) != list(range(n)):
             raise GraphError("forward_order must list every node id once")
         pos = {v: i for i, v in enumerate(self.forward_order)}
@@ -261,7 +262,8 @@ class ExecutionFacts:
                                      f"consumer {graph.labels[int(w)]!r}")
         for what, outs in (("returned", self.returned), ("seeds", self.seeds)):
             for o in outs:
-                if len(o) != 2 or not 0 <= o[0] < n or not 0 <= o[1] < len(self.nodes[o[0]].outputs):
+                if (len(o) != 2 or not 0 <= o[0] < n
+                        or not 0 <= o[1] < len(self.nodes[o[0]].outputs)):
                     raise GraphError(f"{what} entry {o!r} is not an output (node id, index)")
         if not set(self.seeds) <= set(self.returned):
             raise GraphError("every seed must be a returned output")

@@ -1,4 +1,4 @@
-"""The forward graph G = (V, E) of a network, with compute costs T_v and memory M_v (paper, Sec. 2).
+"""The forward graph G = (V, E) of a network, with costs T_v and memory M_v (paper, Sec. 2).
 
 V holds intermediate values only: model inputs and parameters are not nodes. An edge (v, w) means
 that v is an input of the function producing w. Users name nodes with any hashable labels; the
@@ -97,12 +97,12 @@ class Graph:
         If a node label is not hashable, or `cost`, `memory`, `attrs` or an ``attrs[v]`` is
         not a mapping.
     GraphError
-        If there are no nodes, a label is None or repeats, an edge names an unknown node or is a self-loop,
-        the graph has a cycle (one cycle is named), a cost is missing, not an integer or not
-        positive, a memory is missing, not an integer or negative, the total cost exceeds
-        10**7 cost units (the DP tables are indexed by overhead), the total memory exceeds
-        2**56 bytes, or `facts` are given with nodes not in topological order or do not fit
-        the graph (:meth:`ExecutionFacts.check`).
+        If there are no nodes, a label is None or repeats, an edge names an unknown node or is
+        a self-loop, the graph has a cycle (one cycle is named), a cost is missing, not an
+        integer or not positive, a memory is missing, not an integer or negative, the total
+        cost exceeds 10**7 cost units (the DP tables are indexed by overhead), the total
+        memory exceeds 2**56 bytes, or `facts` are given with nodes not in topological order
+        or do not fit the graph (:meth:`ExecutionFacts.check`).
 
     Notes
     -----
@@ -270,7 +270,8 @@ class Graph:
         data = dict(G.nodes(data=True))
         c = {v: d[cost] for v, d in data.items() if cost in d}
         m = {v: d[memory] for v, d in data.items() if memory in d}
-        attrs = {v: {k: x for k, x in d.items() if k not in (cost, memory)} for v, d in data.items()}
+        attrs = {v: {k: x for k, x in d.items() if k not in (cost, memory)}
+                 for v, d in data.items()}
         return cls(G.nodes, G.edges, c, m, attrs=attrs)
 
     def to_networkx(self):

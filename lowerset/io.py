@@ -116,7 +116,8 @@ def read_cg(path, cost=paper_cost):
         nbytes[vid] = b
         decl_line[vid] = pos
         name = parts[2].strip()
-        kind[vid] = "activation" if name == "_" else "input" if name.lstrip("-").isdigit() else "parameter"
+        kind[vid] = ("activation" if name == "_"
+                     else "input" if name.lstrip("-").isdigit() else "parameter")
 
     def var_id(line):
         try:
@@ -179,7 +180,8 @@ def read_cg(path, cost=paper_cost):
     for label, ins, line in edges_in:
         for i in ins:
             if node_of[i] == label:
-                raise FormatError(f"function at line {line} consumes its own output {i}", path, line)
+                raise FormatError(f"function at line {line} consumes its own output {i}",
+                                  path, line)
             edges.add((node_of[i], label))
     try:
         return Graph(nodes, sorted(edges), costs, mems, attrs=attrs)
@@ -357,7 +359,8 @@ def load_graph(path):
     """
     path = _check_path(path)
     data = _parse_json(_read_text(path), path)
-    if not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT or data.get("version") != 1:
+    if (not isinstance(data, dict) or data.get("format") != _GRAPH_FORMAT
+            or data.get("version") != 1):
         raise FormatError("not a lowerset graph file (format 'lowerset.graph', version 1)", path)
     try:
         return _graph_from_dict(data)

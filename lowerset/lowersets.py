@@ -297,7 +297,8 @@ def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
     count, _ = _count(G, max_lower_sets, _limits.NO_DEADLINE)
     # a frozenset of k labels takes about 200 + 40 k bytes; k <= n
-    _limits.check_memory(count * (8 * G.n_words + 200 + 40 * G.n), f"{count} lower sets as frozensets",
+    _limits.check_memory(count * (8 * G.n_words + 200 + 40 * G.n),
+                         f"{count} lower sets as frozensets",
                          "count them with count_lower_sets, or plan with method='approx'")
     return _to_frozensets(G, _enumerate_bits(G, max_lower_sets))
 

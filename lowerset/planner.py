@@ -44,13 +44,13 @@ import threading
 import warnings
 
 from . import _limits, _progress, dp
+from ._validate import check_budget, check_graph, check_time_limit
 from .baselines import chen_sqrtn, selective_family
-from .execution import activation_facts
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError, TimeLimitWarning
+from .execution import activation_facts
 from .lowersets import DEFAULT_MAX_LOWER_SETS, _contracted_count, count_lower_sets
 from .refine import refine
 from .scheduling import _known_peak_and_cost, dropped_nodes
-from ._validate import check_budget, check_graph, check_time_limit
 from .strategy import CanonicalStrategy
 
 __all__ = ["solve", "min_peak", "pareto", "default_time_limit", "MODELS", "MEASURES",

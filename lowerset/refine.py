@@ -52,8 +52,15 @@ from . import _limits
 from ._kernels import closure
 from ._validate import check_budget, check_count
 from .exceptions import SearchLimitError
-from .scheduling import (_drop_rule, _peak_and_cost, dropped_key, dropped_of_labels,
-                         known_schedules, remember_schedule, segment_labels)
+from .scheduling import (
+    _drop_rule,
+    _peak_and_cost,
+    dropped_key,
+    dropped_of_labels,
+    known_schedules,
+    remember_schedule,
+    segment_labels,
+)
 from .strategy import CanonicalStrategy
 
 __all__ = ["refine", "MAX_EVALUATIONS"]

@@ -117,7 +117,8 @@ class CanonicalStrategy:
             prev = m
         if not masks[-1].all():
             missing = graph.nodes_of(~masks[-1])
-            raise StrategyError(f"the last lower set must be V; it misses {sorted(map(repr, missing))[:5]}")
+            raise StrategyError("the last lower set must be V; it misses "
+                                f"{sorted(map(repr, missing))[:5]}")
         self._set(_segments_of_masks(masks, graph.n), method, mode, budget, planner_seconds)
 
     @classmethod
@@ -205,18 +206,24 @@ class CanonicalStrategy:
 
     @cached_property
     def lower_sets(self):
+        """L_1 ⊂ ... ⊂ L_k = V, each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._masks]
 
     @cached_property
     def segments(self):
+        """V_i = L_i ∖ L_(i-1), i = 1..k, each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._segment_masks]
 
     @cached_property
     def cached(self):
+        """∂(L_i), i = 1..k: the nodes of L_i kept after segment i (a node of L_i with a
+        successor outside it), each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._cached_masks]
 
     @cached_property
     def recomputed(self):
+        """The nodes recomputed in the backward pass (eq. 1: in some V_i, not in ∂(L_i)), a
+        frozenset of labels."""
         return self.graph.nodes_of(self._recomputed_mask)
 
     @cached_property

@@ -40,6 +40,7 @@ def contracted_family_by_definition(g):
     """The lower sets of `g` in which a node of no memory with one predecessor is in the set
     exactly when that predecessor is (networkx), and the pruned sets."""
     import networkx as nx
+
     from lowerset.bruteforce import subset_lower_sets
 
     G = g.to_networkx()

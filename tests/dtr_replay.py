@@ -13,8 +13,13 @@ bytes included, or raises AssertionError naming the first event that breaks a ru
 
 import numpy as np
 
-from schedule_reference import (_backward_grads, _Buffers, _grad_outputs, _grads_at_start,
-                                _written_chain)
+from schedule_reference import (
+    _backward_grads,
+    _Buffers,
+    _grad_outputs,
+    _grads_at_start,
+    _written_chain,
+)
 
 
 def replay(s):

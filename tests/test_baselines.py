@@ -5,11 +5,15 @@ import pytest
 from hypothesis import given
 
 import lowerset as ls
-from lowerset.baselines import (articulation_cuts, chen_greedy, chen_greedy_sweep, chen_sqrtn,
-                                selective_cuts, selective_family)
-
+from lowerset.baselines import (
+    articulation_cuts,
+    chen_greedy,
+    chen_greedy_sweep,
+    chen_sqrtn,
+    selective_cuts,
+    selective_family,
+)
 from lowerset.bruteforce import brute_min_budget, sequence_cost
-
 from strategies import dags, wide_dags
 
 
@@ -120,7 +124,8 @@ def test_fixed_graph_by_hand():
 
 @pytest.mark.parametrize("knob, error", [(-1, ls.ArgumentError), (float("nan"), ls.ArgumentError),
                                          (float("inf"), ls.ArgumentError),
-                                         ("10", ls.ArgumentTypeError), (None, ls.ArgumentTypeError)])
+                                         ("10", ls.ArgumentTypeError),
+                                         (None, ls.ArgumentTypeError)])
 def test_greedy_bad_knob(knob, error):
     # regression: NaN passed the `< 0` check and silently took no cut
     with pytest.raises(error, match="segment_bytes"):

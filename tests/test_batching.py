@@ -112,7 +112,7 @@ class TestExtrapolate:
             batching.check_extrapolation({2: traced(2), 4: traced(4), 7: bad})
 
 
-# -- the search ------------------------------------------------------------------------------------
+# -- the search -----------------------------------------------------------------------------------
 
 # a stand-in planner: its plan at batch b (read off M_v = 100*b) has the peak 500 + 30*b bytes
 BASE, SLOPE = 500, 30

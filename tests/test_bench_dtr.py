@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from examples import bench_dtr as bd
-
 from conftest import graphs_dir
+from examples import bench_dtr as bd
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,8 @@ import sys
 import pytest
 
 import lowerset as ls
-from lowerset import cli
-
 from conftest import fan, graphs_dir
+from lowerset import cli
 
 
 def run(*argv):
@@ -74,7 +73,8 @@ class TestPlan:
         status, stdout, _ = run("min-budget", vgg, "--method", "approx")
         assert status == 0
         least = int(stdout.strip())
-        assert run("plan", vgg, "-b", least, "--method", "approx", "-o", tmp_path / "p.json")[0] == 0
+        out = tmp_path / "p.json"
+        assert run("plan", vgg, "-b", least, "--method", "approx", "-o", out)[0] == 0
         status, _, err = run("plan", vgg, "-b", least - 1, "--method", "approx")
         assert status == 1
         assert err.count("\n") == 1 and err.startswith("lowerset plan: error: ")
@@ -248,7 +248,8 @@ class TestProgress:
 
 def test_python_m_lowerset_and_no_tqdm_in_a_pipe(vgg, tmp_path):
     code = ("import sys; from lowerset.cli import main; "
-            f"s = main(['plan', {str(vgg)!r}, '-b', '11.4GB', '-o', {str(tmp_path / 'p.json')!r}]); "
+            f"s = main(['plan', {str(vgg)!r}, '-b', '11.4GB', "
+            f"'-o', {str(tmp_path / 'p.json')!r}]); "
             "print('tqdm' in sys.modules, 'matplotlib' in sys.modules, s)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

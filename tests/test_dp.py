@@ -15,18 +15,23 @@ import unittest.mock
 import numba
 import numpy as np
 import pytest
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
-from hypothesis import example, given, note, settings, strategies as st
 
 import lowerset as ls
-from lowerset.bruteforce import (all_sequences, brute_memory_centric, brute_min_budget,
-                                 brute_time_centric, sequence_cost, subset_lower_sets)
-
 from conftest import contracted_family_by_definition, ordered_family_by_definition
+from lowerset.bruteforce import (
+    all_sequences,
+    brute_memory_centric,
+    brute_min_budget,
+    brute_time_centric,
+    sequence_cost,
+    subset_lower_sets,
+)
 from strategies import dags, examples, wide_dags
 
-
-# -- naive reference DPs (Sec. 4.2 with dicts and frozensets) --------------------------------------
+# -- naive reference DPs (Sec. 4.2 with dicts and frozensets) -------------------------------------
 #
 # For graphs beyond the exhaustive search. A state is (L, t, m): the last lower set, the overhead
 # so far (eq. 1) and m = M(U). Appending L2 ⊋ L costs need = 2 M(L2∖L) + M(δ+(L2)∖L2) +
@@ -590,7 +595,7 @@ def test_naive_dp_matches_bruteforce():
         assert naive_solve(g, B, True) == brute_memory_centric(g, B, sequences=seqs)
 
 
-# -- fixed cases -----------------------------------------------------------------------------------
+# -- fixed cases ----------------------------------------------------------------------------------
 
 
 class TestFixed:
@@ -645,7 +650,8 @@ def test_huge_memories():
     assert mb == brute_min_budget(g, sequences=seqs)
     for B in (mb, 2 * g.total_memory()):
         assert ls.dp.solve(g, B).overhead == brute_time_centric(g, B, sequences=seqs)
-        assert ls.dp.solve(g, B, mode="memory").overhead == brute_memory_centric(g, B, sequences=seqs)
+        expected = brute_memory_centric(g, B, sequences=seqs)
+        assert ls.dp.solve(g, B, mode="memory").overhead == expected
 
 
 class TestErrors:
@@ -759,7 +765,7 @@ class TestErrors:
         assert ls.dp.solve(g, 100, method="approx", max_lower_sets=1).peak_memory <= 100
 
 
-# -- the authors' graphs (paper Sec. 5) ------------------------------------------------------------
+# -- the authors' graphs (paper Sec. 5) -----------------------------------------------------------
 
 
 def _graph_dir():

@@ -5,16 +5,14 @@ import math
 from collections import Counter
 
 import numpy as np
-
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
 import lowerset as ls
-from lowerset.baselines._dtr_heuristics import HEURISTICS
-
 from dtr_replay import replay
 from facts_strategies import graphs_with_facts
+from lowerset.baselines._dtr_heuristics import HEURISTICS
 
 
 def keep_all(g):

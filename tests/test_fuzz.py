@@ -11,10 +11,10 @@ import json
 import os
 import tempfile
 
-from hypothesis import given, note, settings, strategies as st
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 import lowerset as ls
-
 from strategies import examples
 from test_io import cg_lines
 
@@ -159,7 +159,8 @@ def _load_both(doc, loader, name):
 def test_load_strategy_edited(doc):
     s = _load_both(doc, ls.load_strategy, "strategy.json")
     if s is not None:
-        assert isinstance(s, ls.CanonicalStrategy) and s.lower_sets[-1] == frozenset(s.graph.labels)
+        assert isinstance(s, ls.CanonicalStrategy)
+        assert s.lower_sets[-1] == frozenset(s.graph.labels)
 
 
 @settings(max_examples=examples(2))

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 
 import lowerset as ls
-
 from strategies import SHAPES, dags, wide_dags
 
 
@@ -293,7 +292,8 @@ class TestStrategies:
     """The hypothesis DAG builder of tests/strategies.py."""
 
     def test_shrinks_to_the_path(self):
-        from hypothesis import find, settings as hsettings
+        from hypothesis import find
+        from hypothesis import settings as hsettings
 
         g = find(dags(min_nodes=4, max_nodes=6), lambda g: True,
                  settings=hsettings(database=None))
@@ -301,7 +301,8 @@ class TestStrategies:
         assert g.labels == (0, 1, 2, 3)
 
     def test_shrinks_to_few_edges_when_asked(self):
-        from hypothesis import find, settings as hsettings
+        from hypothesis import find
+        from hypothesis import settings as hsettings
 
         g = find(dags(min_nodes=3, max_nodes=3), lambda g: len(g.edges) == 0,
                  settings=hsettings(database=None))
@@ -311,13 +312,15 @@ class TestStrategies:
                                     {"max_cost": 0}, {"max_memory": -1}, {"labels": "float"}])
     @pytest.mark.parametrize("builder", [dags, wide_dags])
     def test_impossible_ranges(self, kw, builder):
-        from hypothesis import find, settings as hsettings
+        from hypothesis import find
+        from hypothesis import settings as hsettings
 
         with pytest.raises(ValueError):
             find(builder(**kw), lambda g: True, settings=hsettings(database=None))
 
     def test_wide_dags_shrink_to_the_path(self):
-        from hypothesis import find, settings as hsettings
+        from hypothesis import find
+        from hypothesis import settings as hsettings
 
         g = find(wide_dags(min_nodes=5), lambda g: True, settings=hsettings(database=None))
         assert g == ls.Graph.chain(5, cost=1, memory=0)
@@ -325,7 +328,8 @@ class TestStrategies:
 
     def test_wide_dags_reach(self):
         """In a couple of hundred draws the builder makes every shape it promises."""
-        from hypothesis import given as hgiven, settings as hsettings
+        from hypothesis import given as hgiven
+        from hypothesis import settings as hsettings
 
         seen = set()
 

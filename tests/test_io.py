@@ -1,8 +1,9 @@
 """Tests of lowerset.io: the authors' cg_*.txt reader (paper Sec. 5) and JSON graph files.
 
 Small files are written in the authors' format: a header ``n_vars n_records``; ``n_vars`` lines
-``id bytes name`` (``_`` = activation, an integer = model input, a path = parameter); then records
-of ``forward``/``backward``, ``k p``, k input lines, p output lines, the class name and a JSON line.
+``id bytes name`` (``_`` = activation, an integer = model input, a path = parameter); then
+records of ``forward``/``backward``, ``k p``, k input lines, p output lines, the class name
+and a JSON line.
 """
 
 import json
@@ -254,7 +255,7 @@ class TestMalformed:
             ls.read_cg(tmp_path / "nope.txt")
 
 
-# -- the authors' files ----------------------------------------------------------------------------
+# -- the authors' files ---------------------------------------------------------------------------
 
 
 def _graph_dir():
@@ -281,7 +282,7 @@ def test_authors_file_totals(name):
     assert g.n == sum(1 for x in lines[1 + n_vars:] if x == "forward")
 
 
-# -- JSON graph files ------------------------------------------------------------------------------
+# -- JSON graph files -----------------------------------------------------------------------------
 
 
 class TestGraphJSON:

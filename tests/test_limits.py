@@ -156,11 +156,13 @@ def test_fronts_resume_after_the_memory_check(monkeypatch):
     grown = []
     real_grow = dp._EntryCap.grow
     monkeypatch.setattr(_limits, "SMALL_ALLOCATION", 0)
-    monkeypatch.setattr(dp._EntryCap, "grow", lambda self, *a: grown.append(1) or real_grow(self, *a))
+    monkeypatch.setattr(dp._EntryCap, "grow",
+                        lambda self, *a: grown.append(1) or real_grow(self, *a))
     h = pickle.loads(pickle.dumps(g))
     assert ls.min_budget(h) == expected["mb"]
     for B in budgets:
-        assert (ls.dp.solve(h, B).overhead, ls.dp.solve(h, B, mode="memory").overhead) == expected[B]
+        got = (ls.dp.solve(h, B).overhead, ls.dp.solve(h, B, mode="memory").overhead)
+        assert got == expected[B]
     assert grown, "the fronts never hit the first cap; the test graph is too small"
 
 

@@ -10,12 +10,12 @@ elements), ``L_v == nx.ancestors(G, v) | {v}``, and the prefixes of the graph's 
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, note, settings, strategies as st
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
 
 import lowerset as ls
-from lowerset.bruteforce import subset_lower_sets
-
 from conftest import contracted_family_by_definition, ordered_family_by_definition
+from lowerset.bruteforce import subset_lower_sets
 from strategies import dags, examples, wide_dags
 
 
@@ -266,7 +266,7 @@ def test_is_lower_set_on_any_subset(g, data):
             ls.boundary(g, S)
 
 
-# -- wide graphs: fans, long skips, several sinks (tests/strategies.py wide_dags) ------------------
+# -- wide graphs: fans, long skips, several sinks (tests/strategies.py wide_dags) -----------------
 
 
 @settings(max_examples=examples(1))
@@ -367,4 +367,5 @@ class TestLimits:
         assert "method='approx'" in msg and "time_limit" in msg
         assert ls.DEFAULT_MAX_LOWER_SETS == 50_000
         # the approximate DP still plans it
-        assert ls.dp.solve(fan(17), method="approx").peak_memory == ls.min_budget(fan(17), "approx")
+        least = ls.min_budget(fan(17), "approx")
+        assert ls.dp.solve(fan(17), method="approx").peak_memory == least

@@ -10,9 +10,8 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
-from lowerset.bruteforce import brute_schedule_points
-
 from facts_strategies import graphs_with_facts
+from lowerset.bruteforce import brute_schedule_points
 from strategies import dags, examples
 
 pytest.importorskip("highspy", reason="lowerset.optimum needs highspy (pip install "

@@ -10,10 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
-from lowerset import planner
-
 from conftest import fan
 from facts_strategies import graphs_with_facts
+from lowerset import planner
 from strategies import dags, examples
 
 

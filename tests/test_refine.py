@@ -10,11 +10,10 @@ from hypothesis import strategies as st
 
 import lowerset as ls
 import lowerset.planner
+from facts_strategies import canonical_strategies, graphs_with_facts
 from lowerset.bruteforce import brute_schedule_points
 from lowerset.refine import _moves, _Scheduler, refine, strategy_of_labels
 from lowerset.scheduling import segment_labels
-
-from facts_strategies import canonical_strategies, graphs_with_facts
 from schedule_reference import _dropped as reference_dropped
 from schedule_reference import events as reference_events
 from strategies import dags
@@ -339,7 +338,8 @@ def test_schedules_computed_ahead_on_threads_do_not_change_the_search(cap):
     the same number of schedules asked for, as one thread computing each when it is asked."""
     import sys
 
-    from lowerset import _limits, refine as refine_module
+    from lowerset import _limits
+    from lowerset import refine as refine_module
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import block_graphs
@@ -379,7 +379,8 @@ def test_schedules_known_from_an_earlier_search_do_not_change_the_search(kept_by
     returns on a fresh graph, and computes only the schedules the graph did not know."""
     import sys
 
-    from lowerset import scheduling, refine as refine_module
+    from lowerset import refine as refine_module
+    from lowerset import scheduling
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import block_graphs
@@ -420,7 +421,8 @@ def test_a_stopped_schedule_is_kept_as_what_it_showed(data):
     above the floor (the peak cap where the peak stopped it, -1 where the cost did); the graph
     keeps a whole schedule over a stopped one, and the higher of two floors; such a record
     answers an ask whose caps it passes, and no other."""
-    from lowerset import refine as refine_module, scheduling
+    from lowerset import refine as refine_module
+    from lowerset import scheduling
 
     g = data.draw(graphs_with_facts(min_nodes=2, max_nodes=8))
     s = data.draw(canonical_strategies(g))

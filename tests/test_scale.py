@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 import lowerset as ls
-
 from conftest import graphs_dir
 
 DATA = Path(__file__).resolve().parent / "data" / "planner_results.json"

@@ -8,10 +8,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
+from facts_strategies import canonical_strategies, graphs_with_facts
 from lowerset import Event
 from lowerset.scheduling import dropped_nodes
-
-from facts_strategies import canonical_strategies, graphs_with_facts
 from schedule_reference import events as reference_events
 from strategies import examples
 

@@ -14,7 +14,6 @@ from hypothesis import given, note, settings
 
 import lowerset as ls
 from lowerset.bruteforce import all_sequences, sequence_cost
-
 from strategies import dags, examples, wide_dags
 
 

@@ -121,6 +121,7 @@ class Network:
             its execution facts (bytes measured on this step).
         """
         import chainer
+
         from chainer_ext import trace
 
         numpy.random.seed(seed)

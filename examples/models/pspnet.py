@@ -26,12 +26,12 @@ Importing this module imports :mod:`chainer_ext` first, which applies its fix fo
 ``chainer_ext/_compat.py``).
 """
 
-import chainer_ext  # noqa: F401  (first: its NumPy fixes for Chainer, resize_images among them)
-
 import chainer
 import chainer.functions as F
 import chainer.links as L
 from chainer import initializers
+
+import chainer_ext  # noqa: F401  (first: its NumPy fixes for Chainer, resize_images among them)
 
 __all__ = ["PSPNetTrainChain", "PSPNet", "DilatedResNet", "Conv2DBNActiv", "PyramidPoolingModule"]
 

@@ -16,8 +16,8 @@ evicts and rematerializes arrays as the step runs, and returns its events as a
 """
 
 from ._cuts import articulation_cuts
-from .chen_sqrtn import chen_sqrtn
 from .chen_greedy import chen_greedy, chen_greedy_sweep
+from .chen_sqrtn import chen_sqrtn
 from .dtr import DTRSchedule, dtr
 from .selective import selective_cuts, selective_family
 

@@ -6,8 +6,8 @@ import time
 import numpy as np
 
 from .._validate import check_count, requires_graph
-from ..strategy import CanonicalStrategy
 from ..lowersets import mask_of_bits
+from ..strategy import CanonicalStrategy
 from ._cuts import _chain
 
 __all__ = ["chen_sqrtn"]

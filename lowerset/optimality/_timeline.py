@@ -27,7 +27,8 @@ position (one row, at most the peak column P) counts, in bytes, every buffer ali
 shares its base's buffer and keeps it alive: the buffer counts while any of its arrays is
 alive), the resident bytes, the arrays the step makes outside the graph (``external_made``,
 alive as the facts say whatever the plan), the gradients alive there and, at a run, its
-workspace beyond what it allocates (``forward_peak``). Gradients do not depend on the plan: their bytes at each
+workspace beyond what it allocates (``forward_peak``). Gradients do not depend on the plan:
+their bytes at each
 backward (its highest point, its workspace included) and between backward steps come from the
 schedule's own fold (:func:`lowerset.scheduling.simulate`) over the gradient events alone, which
 also counts the gradients that exist when the step starts (``grads_at_start``: resident, and

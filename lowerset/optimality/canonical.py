@@ -46,6 +46,7 @@ from ..scheduling import _drop_rule, dropped_of_labels, flat_facts
 from ._milp import Milp, floor_bound, proven
 from ._timeline import Timeline, is_coarse
 
+
 class CanonicalModel:
     """The MILP of the module docstring for graph `g`."""
 

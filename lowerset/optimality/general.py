@@ -38,6 +38,7 @@ from ..scheduling import flat_facts
 from ._milp import Milp, floor_bound
 from ._timeline import Timeline, is_coarse
 
+
 def _last_reads(g):
     """Per node, the last backward step at which its outputs or state may be read (-1: none)."""
     f = flat_facts(g)

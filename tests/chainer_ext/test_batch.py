@@ -12,10 +12,16 @@ import chainer.functions as F  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import (BatchScalingError, NoBatchFitsError, RecomputeHook,  # noqa: E402
-                         extrapolate, max_batch_size, peak_memory, trace)
+from chainer_ext import (  # noqa: E402
+    BatchScalingError,
+    NoBatchFitsError,
+    RecomputeHook,
+    extrapolate,
+    max_batch_size,
+    peak_memory,
+    trace,
+)
 from chainer_ext import batch as batch_mod  # noqa: E402
-
 from chainer_ext_nets import ResNetLike, _image_batch  # noqa: E402
 
 MAX = 64
@@ -177,7 +183,7 @@ class TestMaxBatchSizeCPU:
         assert r.memory_limit == LIMIT and r.batch_size == searches[None].batch_size
 
 
-# -- the GPU cap, without CuPy ---------------------------------------------------------------------
+# -- the GPU cap, without CuPy --------------------------------------------------------------------
 
 
 class FakeOOM(Exception):

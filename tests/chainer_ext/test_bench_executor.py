@@ -43,6 +43,7 @@ def test_time_row_liveness_only_has_share_zero_and_the_slack_as_bound():
 
 def test_profile_executor_meter_times_callbacks_and_recomputed_forwards_only():
     import chainer
+
     import lowerset
     from chainer_ext import RecomputeHook, trace
     from chainer_ext_nets import assert_same, clone, make, step

@@ -12,9 +12,8 @@ chainer = pytest.importorskip("chainer")
 
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
-from lowerset import cli  # noqa: E402
-
 from chainer_ext_nets import make, step  # noqa: E402
+from lowerset import cli  # noqa: E402
 
 
 def test_traced_graph_through_the_command_line(tmp_path):

@@ -13,11 +13,10 @@ chainer = pytest.importorskip("chainer")
 import chainer.functions as F  # noqa: E402
 import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
+from chainer.backends import cuda  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer.backends import cuda  # noqa: E402
 from chainer_ext import RecomputeHook, trace  # noqa: E402
-
 from chainer_ext_nets import DEVICES  # noqa: E402
 
 

@@ -9,7 +9,6 @@ chainer = pytest.importorskip("chainer")
 
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
-
 from chainer_ext_nets import clone, make  # noqa: E402
 
 

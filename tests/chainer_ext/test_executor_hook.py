@@ -8,9 +8,7 @@ import chainer.functions as F  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import (HookUsageError, LivenessHook, RecomputeHook,  # noqa: E402
-                         StrategyMismatchError, trace)
-
+from chainer_ext import HookUsageError, LivenessHook, RecomputeHook, StrategyMismatchError, trace  # noqa: E402
 from chainer_ext_nets import NETS, assert_same, clone, make, persistents, step  # noqa: E402
 
 
@@ -27,7 +25,8 @@ def _strategies(g):
         bmin = lowerset.min_budget(g, method=method)
         for budget in (bmin, (bmin + top) // 2):
             for mode in ("time", "memory"):
-                out.append(lowerset.solve(g, budget=budget, mode=mode, method=method, model="paper"))
+                out.append(lowerset.solve(g, budget=budget, mode=mode, method=method,
+                                          model="paper"))
     return out
 
 

@@ -12,7 +12,6 @@ import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import HookUsageError, RecomputeHook, StrategyMismatchError, trace  # noqa: E402
-
 from chainer_ext_nets import clone, make, persistents  # noqa: E402
 
 

@@ -11,7 +11,6 @@ import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import PeakMemoryHook, RecomputeHook, peak_memory, trace  # noqa: E402
-
 from chainer_ext_nets import NETS, clone, make, step  # noqa: E402
 
 
@@ -100,7 +99,8 @@ def test_hook_at_min_budget_uses_less_memory_than_plain(name):
     peaks = {}
     for label, hook in [("plain", None),
                         ("time", RecomputeHook(lowerset.solve(g, model="paper", mode="time"))),
-                        ("memory", RecomputeHook(lowerset.solve(g, model="paper", mode="memory")))]:
+                        ("memory",
+                         RecomputeHook(lowerset.solve(g, model="paper", mode="memory")))]:
         m = clone(model)
         peaks[label] = peak_memory(lambda: step(m, x, t, lossfn, hook), params=m).peak
     assert peaks["time"] < peaks["plain"], peaks

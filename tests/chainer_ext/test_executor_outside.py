@@ -229,7 +229,8 @@ def test_a_freed_variable_keeps_its_shape_and_refuses_its_values():
             assert all(ref[1][k].tobytes() == got[1][k].tobytes() for k in ref[1])
     freed = m.seen
     assert freed.shape == (4, 16, 32, 32) and freed.dtype == np.float32 and "freed" in repr(freed)
-    for read in (lambda a: a + 1, lambda a: a.sum(), lambda a: a[0], lambda a: float(a[0, 0, 0, 0]),
-                 lambda a: a.copy(), np.mean, lambda a: a.dot(a), lambda a: F.relu(a)):
+    for read in (lambda a: a + 1, lambda a: a.sum(), lambda a: a[0],
+                 lambda a: float(a[0, 0, 0, 0]), lambda a: a.copy(), np.mean,
+                 lambda a: a.dot(a), lambda a: F.relu(a)):
         with pytest.raises(HookUsageError, match=r"freed by RecomputeHook.*no_backprop_mode"):
             read(freed)

@@ -15,7 +15,6 @@ import chainer.links as L  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
-
 from chainer_ext_nets import DEVICES, NETS, assert_same, clone, make, step  # noqa: E402
 from facts_strategies import canonical_strategies  # noqa: E402
 from strategies import examples  # noqa: E402
@@ -78,7 +77,7 @@ def test_hook_executes_the_schedule(name, device):
         _check(g, plan, model, x, t, lossfn, ref, key)
 
 
-# -- generated networks ----------------------------------------------------------------------------
+# -- generated networks ---------------------------------------------------------------------------
 
 WIDTH = 64
 #: Functions by what their backward reads: nothing (add, concat, reshape, split), its output

@@ -4,14 +4,12 @@ import pytest
 
 chainer = pytest.importorskip("chainer")
 
-import chainer  # noqa: E402
 import chainer.functions as F  # noqa: E402
 import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import RecomputeHook, TraceError, TracedGraph, peak_memory, trace  # noqa: E402
-
+from chainer_ext import RecomputeHook, TracedGraph, TraceError, peak_memory, trace  # noqa: E402
 from chainer_ext_nets import NETS, make, persistents  # noqa: E402
 
 

@@ -14,8 +14,7 @@ import chainer.links as L  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
-from chainer_ext import (MemoryReport, PeakMemoryHook, RecomputeHook, peak_memory,  # noqa: E402
-                         trace)
+from chainer_ext import MemoryReport, PeakMemoryHook, RecomputeHook, peak_memory, trace  # noqa: E402
 
 N = 1 << 18
 S = 4 * N  # bytes of one float32 array of N elements

@@ -9,9 +9,8 @@ pytest.importorskip("highspy", reason="lowerset.optimum needs highspy (pip insta
                     "'lowerset[optimum]')")
 
 import lowerset as ls  # noqa: E402
-from lowerset.bruteforce import all_sequences, brute_schedule_points  # noqa: E402
 from chainer_ext import trace  # noqa: E402
-
+from lowerset.bruteforce import all_sequences, brute_schedule_points  # noqa: E402
 from tiny_steps import STEPS  # noqa: E402
 
 FRACTIONS = (0.9, 0.75, 0.6)

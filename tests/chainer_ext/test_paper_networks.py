@@ -15,7 +15,6 @@ chainer = pytest.importorskip("chainer")
 
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, trace  # noqa: E402
-
 from chainer_ext_nets import assert_same, clone, step  # noqa: E402
 from examples import reproduce_table1 as rt  # noqa: E402
 from examples.models import NETWORKS  # noqa: E402

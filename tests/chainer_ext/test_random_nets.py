@@ -17,7 +17,6 @@ import chainer.links as L  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import RecomputeHook, peak_memory, trace  # noqa: E402
-
 from net_strategies import ProgramNet, batch_of, programs  # noqa: E402
 from strategies import default_plan, examples  # noqa: E402
 

@@ -9,7 +9,6 @@ import numpy as np  # noqa: E402
 
 import lowerset  # noqa: E402
 from chainer_ext import measure_timeline, trace  # noqa: E402
-
 from chainer_ext_nets import make  # noqa: E402
 
 

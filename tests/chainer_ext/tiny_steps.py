@@ -7,9 +7,9 @@ Each entry of :data:`STEPS` is ``name -> make(scale=1)``; ``make`` builds the li
 multiplies the batch, so the activations' share of the step grows with it.
 """
 
-import numpy as np
 import chainer.functions as F
 import chainer.links as L
+import numpy as np
 
 
 def _data(shape, n_out, seed):
