@@ -130,3 +130,40 @@ class ResultsTable(SphinxDirective):
 def setup(app):
     app.add_directive("results-table", ResultsTable)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+class ResultsMarkdown(SphinxDirective):
+    """``{results-md} FILE``: a Markdown file a benchmark wrote under results/ where it wrote
+    no JSON (its headings become bold lines); where absent, a note naming the command."""
+
+    required_arguments = 1
+    optional_arguments = 0
+    has_content = True
+    final_argument_whitespace = False
+
+    def run(self):
+        path = RESULTS / self.arguments[0]
+        command = " ".join(self.content).strip() or "the benchmark's command"
+        if path.exists():
+            self.env.note_dependency(str(path))
+            text = path.read_text()
+        else:
+            text = (f"```{{note}}\nThis checkout has no `results/{self.arguments[0]}`: "
+                    f"`{command}` writes it.\n```\n")
+        lines = [("**" + ln.lstrip("#").strip() + "**") if ln.startswith("#") else ln
+                 for ln in text.splitlines()]
+        box = nodes.container(classes=["results-table"])
+        self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
+        return [box]
+
+
+def _setup_md(app):
+    app.add_directive("results-md", ResultsMarkdown)
+
+
+_setup_tables = setup
+
+
+def setup(app):  # noqa: F811
+    _setup_md(app)
+    return _setup_tables(app)
