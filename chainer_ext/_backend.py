@@ -1,5 +1,8 @@
 """Optional CuPy support: a guarded import and small helpers that work for NumPy and CuPy."""
 
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, TypeAlias
+
 import numpy as np
 
 try:  # CuPy is optional; CPU-only machines import this module without it.
@@ -10,10 +13,18 @@ except Exception as e:  # pragma: no cover - depends on the machine
     _cupy_import_error = e
 
 __all__ = ["cupy", "cupy_available", "require_cupy", "is_cupy_array", "array_types",
-           "synchronize", "root_buffer", "device_of", "OwnBytes", "pool_peak_hook"]
+           "synchronize", "root_buffer", "device_of", "OwnBytes", "pool_peak_hook", "Array",
+           "Device"]
+
+#: An array the executor handles: numpy.ndarray or cupy.ndarray (CuPy is optional and ships no
+#: type information, so the alias is Any; the docstrings give shapes and dtypes).
+Array: TypeAlias = Any
+
+#: Where a step runs: "cpu" (NumPy) or "gpu" (CuPy).
+Device: TypeAlias = Literal["cpu", "gpu"]
 
 
-def cupy_available():
+def cupy_available() -> bool:
     """Return True if CuPy imports and a CUDA device is visible."""
     if cupy is None:
         return False
@@ -23,7 +34,7 @@ def cupy_available():
         return False
 
 
-def require_cupy(what):
+def require_cupy(what: str) -> None:
     """Raise RuntimeError naming `what` if CuPy is not usable.
 
     Raises
@@ -36,19 +47,19 @@ def require_cupy(what):
             from _cupy_import_error
 
 
-def array_types():
+def array_types() -> tuple[type, ...]:
     """Tuple of the array types the executor handles (numpy.ndarray, and cupy.ndarray if any)."""
     if cupy is None:
         return (np.ndarray,)
     return (np.ndarray, cupy.ndarray)  # pragma: no cover
 
 
-def is_cupy_array(a):
+def is_cupy_array(a: object) -> bool:
     """Return True if `a` is a cupy.ndarray."""
     return cupy is not None and isinstance(a, cupy.ndarray)
 
 
-def synchronize(arrays=()):
+def synchronize(arrays: Sequence[Array] = ()) -> None:
     """Wait for the current CUDA stream if any of `arrays` (or none given) lives on a GPU."""
     if cupy is None:
         return
@@ -56,7 +67,7 @@ def synchronize(arrays=()):
         cupy.cuda.get_current_stream().synchronize()
 
 
-def root_buffer(a):
+def root_buffer(a: Array) -> Array:
     """The object that owns the memory of array `a` (itself unless it is a view).
 
     Two arrays share memory when their root buffers are the same object: the last array of
@@ -69,7 +80,7 @@ def root_buffer(a):
     return a
 
 
-def device_of(arrays):
+def device_of(arrays: Iterable[Array]) -> Device:
     """"gpu" if any of `arrays` lives on a GPU, else "cpu"."""
     return "gpu" if any(is_cupy_array(a) for a in arrays) else "cpu"
 
@@ -91,30 +102,31 @@ class OwnBytes:
         Highest `current` since counting started or :meth:`reset_peak`.
     """
 
-    def __init__(self):
-        self._live = {}
+    def __init__(self) -> None:
+        self._live: dict[int, int] = {}
         self.current = self.peak = 0
 
-    def allocated(self, ptr, size):
+    def allocated(self, ptr: int, size: int) -> None:
         """Count block `ptr` of `size` bytes."""
         self._live[ptr] = size
         self.current += size
         if self.current > self.peak:
             self.peak = self.current
 
-    def freed(self, ptr):
+    def freed(self, ptr: int) -> None:
         """Uncount block `ptr` (nothing if it was allocated before counting started)."""
         self.current -= self._live.pop(ptr, 0)
 
-    def reset_peak(self):
+    def reset_peak(self) -> None:
         """Forget the peak so far (it becomes `current`)."""
         self.peak = self.current
 
 
-def pool_peak_hook():  # pragma: no cover - GPU
+def pool_peak_hook() -> Any:  # pragma: no cover - GPU
     """A CuPy memory hook on the default pool that counts, as an :class:`OwnBytes`, the blocks
     the pool hands out while the hook is registered (``with hook:``): ``hook.current``,
-    ``hook.peak`` and ``hook.reset_peak()``."""
+    ``hook.peak`` and ``hook.reset_peak()``. Typed Any: a ``cupy.cuda.MemoryHook`` (no type
+    information) that is an :class:`OwnBytes`."""
     require_cupy("pool_peak_hook")
 
     class _PoolPeakHook(cupy.cuda.MemoryHook, OwnBytes):

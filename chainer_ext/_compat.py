@@ -62,7 +62,7 @@ __all__ = ["import_chainer", "applied", "fix_resize_images", "INSTALL_HINT"]
 INSTALL_HINT = "pip install 'lowerset[chainer]'"
 
 #: Names of the fixes that were needed on this machine, in the order they ran (for reports).
-applied = []
+applied: list[str] = []
 
 
 def _fix_numpy_sctypes():

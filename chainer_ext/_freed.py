@@ -10,6 +10,8 @@ a path reads them anyway; on CuPy a NaN array broadcast to the shape. Arrays of 
 than floating point and complex get None, as they have no NaN to show a silent read.
 """
 
+from typing import Any
+
 import numpy as np
 
 from . import _backend
@@ -34,16 +36,16 @@ class FreedArray(np.ndarray):
     __getitem__ = __setitem__ = __iter__ = __float__ = __int__ = __complex__ = __bool__ = _refuse
     copy = astype = dot = tolist = item = tobytes = fill = _refuse
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: Any) -> "FreedArray":
         return self   # read-only: a copy of the model may share it
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"FreedArray(shape={self.shape}, dtype={self.dtype}: freed by RecomputeHook)"
 
     __str__ = __repr__
 
 
-def stand_in(array):
+def stand_in(array: _backend.Array) -> _backend.Array | None:
     """Return the stand-in of `array` (see the module docstring), or None for other dtypes."""
     if not np.issubdtype(array.dtype, np.inexact):
         return None

@@ -8,8 +8,10 @@ is entered.
 """
 
 import tracemalloc
+from typing import Any
 
 from . import _backend
+from ._backend import Device
 
 __all__ = ["MemoryProbe"]
 
@@ -28,7 +30,7 @@ class MemoryProbe:
         disturbed); for "gpu" if CuPy is not available.
     """
 
-    def __init__(self, device):
+    def __init__(self, device: Device) -> None:
         self.device = device
         if device == "cpu":
             if tracemalloc.is_tracing():
@@ -36,9 +38,9 @@ class MemoryProbe:
                                    "call trace(..., measure_memory=False)")
         else:
             _backend.require_cupy("measuring GPU memory")
-        self._hook = None
+        self._hook: Any = None  # on GPU while entered: _backend.pool_peak_hook()
 
-    def __enter__(self):
+    def __enter__(self) -> "MemoryProbe":
         if self.device == "cpu":
             tracemalloc.start()
         else:  # pragma: no cover - GPU
@@ -46,19 +48,19 @@ class MemoryProbe:
             self._hook.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self.device == "cpu":
             tracemalloc.stop()
         else:  # pragma: no cover - GPU
             self._hook.__exit__(*exc)
 
-    def level(self):
+    def level(self) -> int:
         """Bytes in use now."""
         if self.device == "cpu":
             return tracemalloc.get_traced_memory()[0]
         return self._hook.current  # pragma: no cover - GPU
 
-    def mark(self):
+    def mark(self) -> int:
         """Forget the peak so far; return the level now."""
         if self.device == "cpu":
             tracemalloc.reset_peak()
@@ -66,7 +68,7 @@ class MemoryProbe:
             self._hook.reset_peak()
         return self.level()
 
-    def peak(self):
+    def peak(self) -> int:
         """Highest bytes in use since the last :meth:`mark`."""
         if self.device == "cpu":
             return tracemalloc.get_traced_memory()[1]

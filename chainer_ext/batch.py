@@ -50,6 +50,8 @@ attributes and the real step.
 
 import contextlib
 import gc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import chainer
 
@@ -58,6 +60,7 @@ from lowerset import batching
 from lowerset.batching import PLANNERS, BatchSizeResult, BatchTrial, least_peak, predict  # noqa: F401
 
 from . import _backend
+from ._backend import Device
 from ._chainer_internals import grad_or_none
 from .exceptions import ChainerExtError
 from .hook import RecomputeHook
@@ -122,7 +125,7 @@ class _Chainer(batching.FrontEnd):
 _FRONT = _Chainer()
 
 
-def extrapolate(graphs, batch_size):
+def extrapolate(graphs: Mapping[int, TracedGraph], batch_size: int) -> TracedGraph:
     """Return the traced graph of a training step at another batch size, from two traces.
 
     Parameters
@@ -237,9 +240,14 @@ def _make_step(loss_fn, b, strategy, params):
 # -- the search ----------------------------------------------------------------------------------
 
 
-def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", params=None,
-                   trace_batches=(2, 4), max_batch=1 << 16, traced=None, device=None,
-                   max_steps=None, **trace_kwargs):
+def max_batch_size(
+        loss_fn: Callable[[int], chainer.Variable], memory_limit: int | float | str,
+        planner: str | Callable[[lowerset.Graph, int], lowerset.CanonicalStrategy] | None
+        = "lowerset", *, method: str = "auto",
+        params: chainer.Link | Iterable[chainer.Parameter] | None = None,
+        trace_batches: Sequence[int] = (2, 4), max_batch: int = 1 << 16,
+        traced: Mapping[int, TracedGraph] | None = None, device: Device | None = None,
+        max_steps: int | None = None, **trace_kwargs: Any) -> BatchSizeResult:
     """Return the largest batch whose training step fits `memory_limit` bytes.
 
     See the module docstring for the three steps (trace at small batches, predict with the
@@ -325,7 +333,8 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     (96, True)
     """
     limit, batches = batching.check_arguments(memory_limit, planner, trace_batches)
-    seen_device, found = [], []
+    seen_device: list[Device] = []
+    found: list[chainer.Parameter] = []
 
     def traced_call(b):
         def fn():
@@ -349,6 +358,7 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
         params = list(params.params())
     else:
         params = list(params)
+    cap: _GpuCap | _CpuCap
     if device == "gpu":  # pragma: no cover - GPU
         _backend.require_cupy("max_batch_size on a GPU")
         cap = _GpuCap(_backend.cupy)

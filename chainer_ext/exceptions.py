@@ -22,7 +22,7 @@ class StrategyMismatchError(ChainerExtError, StrategyError):
         Index (in forward order) of the first function application that differs.
     """
 
-    def __init__(self, message, position=None):
+    def __init__(self, message: str, position: int | None = None) -> None:
         self.position = position
         super().__init__(message)
 

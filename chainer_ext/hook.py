@@ -11,6 +11,7 @@ when — is the schedule's; the hook only carries it out.
 
 import contextlib
 import threading
+from types import TracebackType
 
 import chainer
 import numpy as np
@@ -19,6 +20,7 @@ import lowerset
 
 from . import _backend, _effects, _freed
 from . import _chainer_internals as _ci
+from ._backend import Array
 from .exceptions import HookUsageError, StrategyMismatchError
 from .trace import array_attr_ids, forward_state, get_state, output_arrays, output_attrs, set_state
 
@@ -147,8 +149,15 @@ class RecomputeHook(chainer.FunctionHook):
     """
 
     name = "RecomputeHook"
+    strategy: lowerset.CanonicalStrategy
+    schedule: lowerset.Schedule
+    events: list[lowerset.Event]
+    last_iteration: dict[str, list[int]]
+    _owner: int | None  # the thread using the hook (unset: none yet)
 
-    def __init__(self, strategy=None, *, record=False, name=None, graph=None):
+    def __init__(self, strategy: lowerset.CanonicalStrategy | None = None, *,
+                 record: bool = False, name: str | None = None,
+                 graph: lowerset.Graph | None = None) -> None:
         if strategy is None:
             if graph is None:
                 raise TypeError("RecomputeHook(None) needs graph= (liveness analysis only)")
@@ -243,7 +252,7 @@ class RecomputeHook(chainer.FunctionHook):
         self._rec = []
         self._spent = set()     # nodes whose backward lost what it reads (freed values/state)
 
-    def __enter__(self):
+    def __enter__(self) -> "RecomputeHook":
         for h in chainer.get_function_hooks().values():
             if isinstance(h, RecomputeHook):
                 raise HookUsageError(
@@ -265,7 +274,8 @@ class RecomputeHook(chainer.FunctionHook):
             self._owner = None
             raise
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         try:
             if exc_type is None and self._phase == "forward" and self._pos:
                 self._complete_pending()
@@ -305,7 +315,7 @@ class RecomputeHook(chainer.FunctionHook):
         return (type(function).__name__ == self._names[0]
                 and _matches(in_data, self._in_sig[0]))
 
-    def added(self, function):
+    def added(self, function: chainer.FunctionNode | None) -> None:
         """Chainer's FunctionHook callback on registration: only global registration."""
         if function is not None:
             raise HookUsageError("register RecomputeHook globally with `with hook:`; adding it "
@@ -349,7 +359,8 @@ class RecomputeHook(chainer.FunctionHook):
 
     # -- forward ----------------------------------------------------------------------------------
 
-    def forward_preprocess(self, function, in_data):
+    def forward_preprocess(self, function: chainer.FunctionNode,
+                           in_data: tuple[Array, ...]) -> None:
         """Chainer's callback before each forward application: check its class and input
         signature against the graph's next function, finish the previous one (its schedule
         events) and keep what its recomputation will need."""
@@ -401,7 +412,8 @@ class RecomputeHook(chainer.FunctionHook):
         self._pos = j + 1
         self._pending = j
 
-    def forward_postprocess(self, function, in_data):
+    def forward_postprocess(self, function: chainer.FunctionNode,
+                            in_data: tuple[Array, ...]) -> None:
         """Chainer's callback after each forward application: leaves the function (the
         functions it applies inside are not nodes)."""
         if self._phase not in ("forward", "done"):
@@ -461,7 +473,8 @@ class RecomputeHook(chainer.FunctionHook):
 
     # -- backward ---------------------------------------------------------------------------------
 
-    def backward_preprocess(self, function, in_data, out_grad):
+    def backward_preprocess(self, function: chainer.FunctionNode, in_data: tuple[Array, ...],
+                            out_grad: tuple[Array | None, ...]) -> None:
         """Chainer's callback before each backward application: at the first, check that the
         whole forward pass ran; run the schedule's events up to this backward step (the
         recomputations it needs) and check that it is the one the schedule expects."""
@@ -493,7 +506,8 @@ class RecomputeHook(chainer.FunctionHook):
             self._gy = [g for g in out_grad if g is not None]
             self._note("backward", j, _nbytes(self._gy))
 
-    def backward_postprocess(self, function, in_data, out_grad):
+    def backward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Array, ...],
+                             out_grad: tuple[Array | None, ...]) -> None:
         """Chainer's callback after each backward application: run the schedule's events
         after it (frees), and end the step after the last."""
         if self._phase != "backward":
@@ -677,7 +691,8 @@ def _spent_backward(v, name):
     return backward
 
 
-def LivenessHook(graph, *, name=None, record=False):
+def LivenessHook(graph: lowerset.Graph, *, name: str | None = None,
+                 record: bool = False) -> RecomputeHook:
     """Return a hook that only does liveness analysis (no recomputation): the ablation.
 
     Parameters

@@ -18,11 +18,14 @@ import dataclasses
 import sys
 import tracemalloc
 import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, TextIO
 
 import chainer
 import numpy as np
 
 from . import _backend, _boundary
+from ._backend import Device
 from ._chainer_internals import grad_or_none
 
 __all__ = ["peak_memory", "PeakMemoryHook", "MemoryReport"]
@@ -70,7 +73,7 @@ class MemoryReport:
         ``hooks=``.
     """
 
-    device: str
+    device: Device
     peak: int
     param_bytes: int = 0
     new_param_bytes: int = 0
@@ -79,20 +82,20 @@ class MemoryReport:
     boundary_peak: int = 0
     boundary_peak_without_grads: int = 0
     boundary_samples: int = 0
-    unwrapped_hooks: tuple = ()
+    unwrapped_hooks: tuple[str, ...] = ()
 
     @property
-    def peak_without_grads(self):
+    def peak_without_grads(self) -> int:
         """The peak less the parameter gradients the step made (bytes)."""
         return self.peak - self.new_grad_bytes
 
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         """Return the report as a dict (with ``peak_without_grads``)."""
         d = dataclasses.asdict(self)
         d["peak_without_grads"] = self.peak_without_grads
         return d
 
-    def table1_columns(self, input_bytes=0):
+    def table1_columns(self, input_bytes: int = 0) -> dict[str, int]:
         """The four peaks of the README's Table 1, in bytes.
 
         Parameters
@@ -151,26 +154,26 @@ class PeakMemoryHook(chainer.FunctionHook):
 
     name = "PeakMemoryHook"
 
-    def __init__(self, device="cpu"):
+    def __init__(self, device: Device = "cpu") -> None:
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
         if device == "gpu":
             _backend.require_cupy("PeakMemoryHook(device='gpu')")
         self.device = device
         self._peak = self._base = 0
-        self._cupy_hook = None
+        self._cupy_hook: Any = None  # on GPU while measuring: _backend.pool_peak_hook()
 
-    def __enter__(self):
+    def __enter__(self) -> "PeakMemoryHook":
         self.start()
         return super().__enter__()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         try:
             self.stop(*exc)
         finally:
             super().__exit__(*exc)
 
-    def start(self):
+    def start(self) -> None:
         """Start measuring without registering the hook (``__enter__`` does both).
 
         Raises
@@ -187,7 +190,7 @@ class PeakMemoryHook(chainer.FunctionHook):
             self._cupy_hook = _backend.pool_peak_hook()
             self._cupy_hook.__enter__()
 
-    def stop(self, *exc):
+    def stop(self, *exc: Any) -> None:
         """Stop measuring (`exc`: the exception triple of ``__exit__``, if any)."""
         if self.device == "cpu":
             self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
@@ -196,22 +199,22 @@ class PeakMemoryHook(chainer.FunctionHook):
             self._cupy_hook.__exit__(*(exc or (None, None, None)))
             self._peak = self._cupy_hook.peak
 
-    def current(self):
+    def current(self) -> int:
         """Bytes allocated since measuring started and still in use (0 before it starts)."""
         if self.device == "cpu":
             return tracemalloc.get_traced_memory()[0] - self._base if tracemalloc.is_tracing() \
                 else 0
         return 0 if self._cupy_hook is None else self._cupy_hook.current  # pragma: no cover
 
-    def total_peak(self):
+    def total_peak(self) -> int:
         """Peak bytes above the baseline at ``__enter__`` (int)."""
         return int(self._peak)
 
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         """Return ``{"device": ..., "peak": ...}``."""
         return {"device": self.device, "peak": self.total_peak()}
 
-    def print_report(self, file=sys.stdout):
+    def print_report(self, file: TextIO = sys.stdout) -> None:
         """Write a one-line report to `file`."""
         file.write(f"peak: {self.total_peak():,} bytes ({self.device})\n")
 
@@ -269,7 +272,11 @@ def _measuring(meter):
         meter.stop()
 
 
-def peak_memory(fn, *, params=None, device=None, hooks=()):
+def peak_memory(fn: Callable[[], object], *,
+                params: chainer.Link | Iterable[chainer.Parameter] | None = None,
+                device: Device | None = None,
+                hooks: chainer.FunctionHook | Iterable[chainer.FunctionHook] = ()
+                ) -> MemoryReport:
     """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart
     and the boundary peak (the figures of the README's Table 1).
 

@@ -13,10 +13,13 @@ the peak.
 
 import contextlib
 import tracemalloc
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import chainer
 import numpy as np
+import numpy.typing as npt
 
 import lowerset
 
@@ -41,8 +44,8 @@ class MeasuredTimeline:
         The step's measured peak (highest point between samples included), whole-step bytes.
     """
 
-    index: np.ndarray
-    bytes: np.ndarray
+    index: npt.NDArray[np.int64]
+    bytes: npt.NDArray[np.int64]
     peak: int
 
 
@@ -78,7 +81,10 @@ class _Sampler(chainer.FunctionHook):
             self.samples.append(("backward", j, self.read()))
 
 
-def measure_timeline(loss_fn, plan, *, params=None):
+def measure_timeline(loss_fn: Callable[[], chainer.Variable],
+                     plan: lowerset.CanonicalStrategy | lowerset.Graph, *,
+                     params: chainer.Link | Iterable[chainer.Parameter] | None = None
+                     ) -> MeasuredTimeline:
     """Run one training step and return its memory measured at the schedule's events.
 
     Parameters
@@ -110,6 +116,7 @@ def measure_timeline(loss_fn, plan, *, params=None):
     >>> m = measure_timeline(lambda: model(x, t), strategy, params=model)   # doctest: +SKIP
     >>> lowerset.plot.timeline(strategy.schedule, measured=m)              # doctest: +SKIP
     """
+    hook: contextlib.AbstractContextManager[Any]
     if isinstance(plan, lowerset.CanonicalStrategy):
         graph, hook = plan.graph, RecomputeHook(plan)
     elif isinstance(plan, lowerset.Graph):

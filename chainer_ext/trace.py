@@ -17,6 +17,8 @@ import statistics
 import time
 import tracemalloc
 import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import chainer
 import numpy as np
@@ -25,12 +27,13 @@ import lowerset
 
 from . import _backend, _effects
 from . import _chainer_internals as _ci
+from ._backend import Array
 from ._probe import MemoryProbe
 from .exceptions import TraceError
 
 __all__ = ["trace", "TracedGraph", "preset_cost", "COST_MODELS"]
 
-COST_MODELS = ("preset", "profile")
+COST_MODELS: tuple[str, ...] = ("preset", "profile")
 
 
 #: The paper's cost rule T_v (10 for a convolution, 1 otherwise), shared with the planner's
@@ -63,20 +66,26 @@ class TracedGraph(lowerset.Graph):
         Seconds per cost unit for ``cost_model="profile"``.
     """
 
-    def __init__(self, nodes, edges, cost, memory, attrs, *, facts, outputs, cost_model,
-                 time_unit):
+    outputs: tuple[int, ...]
+    cost_model: str
+    time_unit: float | None
+
+    def __init__(self, nodes: Sequence[int], edges: Sequence[tuple[int, int]],
+                 cost: Mapping[int, int], memory: Mapping[int, int],
+                 attrs: Mapping[int, Mapping[str, Any]], *, facts: lowerset.ExecutionFacts,
+                 outputs: Sequence[int], cost_model: str, time_unit: float | None) -> None:
         super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
         self.outputs = tuple(outputs)
         self.cost_model = cost_model
         self.time_unit = time_unit
 
     @property
-    def param_bytes(self):
+    def param_bytes(self) -> int:
         """Bytes of the step's parameters (the external arrays of kind "param")."""
         return sum(b for kind, b in self.facts.externals if kind == "param")
 
     @property
-    def input_bytes(self):
+    def input_bytes(self) -> int:
         """Bytes of the step's inputs (the batch): the external arrays of kind "input" made
         before the step."""
         made = self.facts.external_made or (-1,) * len(self.facts.externals)
@@ -86,6 +95,12 @@ class TracedGraph(lowerset.Graph):
 
 def _nbytes(shape, dtype):
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _adapter(func: chainer.FunctionNode) -> chainer.function.FunctionAdapter:
+    """`func` as the ``FunctionAdapter`` it is where a state name starts with :data:`WRAPPED`
+    (no check: :func:`array_attr_ids` names only an adapter's wrapped Function so)."""
+    return cast(chainer.function.FunctionAdapter, func)
 
 
 #: Prefix of the state names that are attributes of the old-style Function an adapter wraps.
@@ -100,29 +115,30 @@ def _state_owners(func):
             for root, obj in _effects.roots(func).items()]
 
 
-def array_attr_ids(func, types):
+def array_attr_ids(func: chainer.FunctionNode, types: tuple[type, ...]) -> dict[str, int]:
     """Map state name -> id(array) for every array-valued attribute of `func` (and of the
     function it wraps, named with :data:`WRAPPED` in front)."""
     return {prefix + k: id(v) for prefix, obj in _state_owners(func)
             for k, v in vars(obj).items() if isinstance(v, types)}
 
 
-def get_state(func, name):
+def get_state(func: chainer.FunctionNode, name: str) -> Any:
     """The attribute `name` (from :func:`forward_state`) of `func`, None if unset."""
-    if name.startswith(WRAPPED):
-        return getattr(func.function, name[len(WRAPPED):], None)
+    if name.startswith(WRAPPED):  # a FunctionAdapter's: its wrapped Function holds it
+        return getattr(_adapter(func).function, name[len(WRAPPED):], None)
     return getattr(func, name, None)
 
 
-def set_state(func, name, value):
+def set_state(func: chainer.FunctionNode, name: str, value: Any) -> None:
     """Set the attribute `name` (from :func:`forward_state`) of `func`."""
-    if name.startswith(WRAPPED):
-        setattr(func.function, name[len(WRAPPED):], value)
+    if name.startswith(WRAPPED):  # a FunctionAdapter's: its wrapped Function holds it
+        setattr(_adapter(func).function, name[len(WRAPPED):], value)
     else:
         setattr(func, name, value)
 
 
-def forward_state(func, before, exclude, types):
+def forward_state(func: chainer.FunctionNode, before: Mapping[str, int], exclude: set[int],
+                  types: tuple[type, ...]) -> list[str]:
     """Names of array attributes `func` set or replaced in forward (its forward-made state;
     read and set them with :func:`get_state` and :func:`set_state`).
 
@@ -144,7 +160,8 @@ def forward_state(func, before, exclude, types):
             if before.get(k) != i and i not in exclude]
 
 
-def output_attrs(func, outs, types):
+def output_attrs(func: chainer.FunctionNode, outs: Sequence[Array | None],
+                 types: tuple[type, ...]) -> dict[int, tuple[str, ...]]:
     """Map output index -> names of the array attributes of `func` that are that output itself
     (Chainer's GPU ``LocalResponseNormalization`` keeps its output as ``self.y``). They are not
     forward-made state (:func:`forward_state` leaves outputs out), but they keep the output's
@@ -164,17 +181,18 @@ def output_attrs(func, outs, types):
         Only the outputs that some attribute holds.
     """
     index = {id(y): k for k, y in enumerate(outs) if y is not None}
-    found = {}
+    found: dict[int, list[str]] = {}
     for name, i in array_attr_ids(func, types).items():
         if i in index:
             found.setdefault(index[i], []).append(name)
     return {k: tuple(names) for k, names in found.items()}
 
 
-def output_arrays(func):
+def output_arrays(func: chainer.FunctionNode) -> list[Array | None]:
     """Output arrays of a completed function, or None for outputs no longer reachable."""
     arrays = []
-    for ref in func.outputs:
+    # Chainer declares ``FunctionNode.outputs = None`` unannotated (apply() sets the tuple)
+    for ref in func.outputs:  # type: ignore[attr-defined]
         node = ref()
         arr = None
         if node is not None:
@@ -200,6 +218,8 @@ class _TraceHook(chainer.FunctionHook):
     """Records every function application at nesting depth 0, and the backward pass."""
 
     name = "chainer_ext_trace"
+    records_by_pos: list[_Record]          # set by trace() once the forward pass ran
+    held_by_caller: list[tuple[int, int]]  # likewise
 
     def __init__(self, profile, repeats, measure):
         self.profile, self.repeats, self.measure = profile, repeats, measure
@@ -501,8 +521,10 @@ def _capture_backward(function, views, sizes):
     function.backward = capturing_backward
 
 
-def trace(fn, *, cost_model="preset", repeats=5, time_unit=1e-4, count_state=True,
-          measure_memory=True):
+def trace(fn: Callable[[], chainer.Variable | Sequence[chainer.Variable]], *,
+          cost_model: Literal["preset", "profile"] = "preset", repeats: int = 5,
+          time_unit: float = 1e-4, count_state: bool = True,
+          measure_memory: bool = True) -> TracedGraph:
     """Run one training step of `fn` and record it as a :class:`TracedGraph`.
 
     The forward pass runs once under a recording hook; then the backward pass runs once from

@@ -1,9 +1,12 @@
 """Check once that a model trains the same under a strategy: one plain step and one step under
 :class:`RecomputeHook` from the same starting state, compared bitwise."""
 
+from collections.abc import Callable, Iterable, Mapping
+
 import chainer
 import numpy as np
 
+import lowerset
 from lowerset.verifying import VerificationError, VerifyReport, compare
 
 from . import _backend, _effects
@@ -16,7 +19,11 @@ __all__ = ["verify", "VerifyReport", "VerificationError"]
 _CUPY_SEED = 0
 
 
-def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False):
+def verify(step: Callable[[], chainer.Variable], strategy: lowerset.CanonicalStrategy, *,
+           model: chainer.Link | None = None,
+           params: (chainer.Link | Iterable[chainer.Parameter]
+                    | Mapping[str, chainer.Parameter] | None) = None,
+           raise_on_mismatch: bool = False) -> VerifyReport:
     """Run `step` once plainly and once under ``RecomputeHook(strategy)`` from the same state,
     and compare the loss, the gradients and the persistent values bitwise.
 
