@@ -51,7 +51,7 @@ doctest_global_setup = f"""
 import importlib.util, os, warnings
 HAVE_CHAINER = importlib.util.find_spec("chainer") is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-GRAPHS = {str(ROOT.parent / "shared" / "graphs")!r}
+GRAPHS = os.environ.get("LOWERSET_GRAPHS", {str(ROOT.parent / "shared" / "graphs")!r})
 import lowerset
 import lowerset as ls
 """
