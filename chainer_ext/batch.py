@@ -51,7 +51,7 @@ attributes and the real step.
 import contextlib
 import gc
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import chainer
 
@@ -150,7 +150,8 @@ def extrapolate(graphs: Mapping[int, TracedGraph], batch_size: int) -> TracedGra
         of nodes, functions, wiring, orders, what each backward reads), or a shape does not
         extrapolate to a non-negative integer.
     """
-    return batching.extrapolate(graphs, batch_size, _FRONT)
+    # _FRONT.build makes a TracedGraph (lowerset.batching types the result as its base, Graph)
+    return cast(TracedGraph, batching.extrapolate(graphs, batch_size, _FRONT))
 
 
 # -- real runs -----------------------------------------------------------------------------------
@@ -345,11 +346,11 @@ def max_batch_size(
             return loss
         return fn
 
-    traced = batching.traced_graphs(lambda b: trace(traced_call(b), **trace_kwargs), batches,
+    graphs = batching.traced_graphs(lambda b: trace(traced_call(b), **trace_kwargs), batches,
                                     traced, _FRONT)
     if device is None and not seen_device or params is None and not found:
         # every graph came from `traced`: one forward pass finds the device and the parameters
-        traced_call(min(traced))()
+        traced_call(min(graphs))()
     if device is None:
         device = seen_device[0]
     if params is None:
@@ -364,7 +365,7 @@ def max_batch_size(
         cap = _GpuCap(_backend.cupy)
     else:
         cap = _CpuCap()
-    return _search(loss_fn, limit, planner, method, params, traced, max_batch, max_steps, cap)
+    return _search(loss_fn, limit, planner, method, params, graphs, max_batch, max_steps, cap)
 
 
 def _search(loss_fn, limit, planner, method, params, traced, max_batch, max_steps, cap):
