@@ -8,10 +8,13 @@ about :data:`CHUNK_SECONDS`, whatever the graph; a time limit is then kept to wi
 milliseconds plus the work on one lower set.
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 from numba.core import event
 
@@ -31,25 +34,25 @@ class _CompileTimer(event.Listener):
     compiling a kernel or loading it from Numba's disk cache, outermost only (a kernel's
     compilation compiles the functions it calls inside it), any thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seconds = 0.0
         self._depth = 0
         self._start = 0.0
         self._lock = threading.Lock()
 
-    def on_start(self, ev):
+    def on_start(self, ev: event.Event) -> None:
         with self._lock:
             if self._depth == 0:
                 self._start = time.perf_counter()
             self._depth += 1
 
-    def on_end(self, ev):
+    def on_end(self, ev: event.Event) -> None:
         with self._lock:
             self._depth -= 1
             if self._depth == 0:
                 self.seconds += time.perf_counter() - self._start
 
-    def total(self):
+    def total(self) -> float:
         """Seconds compiled so far, the compilation under way included."""
         with self._lock:
             ongoing = time.perf_counter() - self._start if self._depth else 0.0
@@ -60,7 +63,7 @@ _COMPILING = _CompileTimer()
 event.register("numba:compiler_lock", _COMPILING)
 
 
-def clock():
+def clock() -> float:
     """Seconds on the planner's clock: ``time.perf_counter()`` less the seconds Numba has spent
     compiling kernels or loading them from its disk cache. A time limit counts the search, not
     the one-time compilation of the DP kernels in a process whose disk cache is empty (about
@@ -77,16 +80,16 @@ class Deadline:
         Seconds from now (already validated), or None for no limit.
     """
 
-    def __init__(self, time_limit):
+    def __init__(self, time_limit: float | None) -> None:
         self.start = clock()
         self.limit = time_limit
         self.end = None if time_limit is None else self.start + time_limit
 
-    def elapsed(self):
+    def elapsed(self) -> float:
         """Seconds since the call started, compilation left out."""
         return clock() - self.start
 
-    def check(self, where):
+    def check(self, where: str | Callable[[], str]) -> None:
         """Raise SearchLimitError if the limit has passed.
 
         Parameters
@@ -125,19 +128,20 @@ class Chunker:
         Never fewer work units than this per call.
     """
 
-    def __init__(self, initial, target=CHUNK_SECONDS, minimum=64):
+    def __init__(self, initial: int, target: float = CHUNK_SECONDS, minimum: int = 64) -> None:
         self.size = int(initial)
         self.target = target
         self.minimum = minimum
-        self._t0 = None
+        self._t0: float | None = None
 
-    def start(self):
+    def start(self) -> int:
         """Start timing one call; return its work budget."""
         self._t0 = time.perf_counter()
         return self.size
 
-    def done(self, work):
+    def done(self, work: int) -> None:
         """Record the work units that the call just timed did, and size the next call."""
+        assert self._t0 is not None, "Chunker.done before Chunker.start"
         elapsed = time.perf_counter() - self._t0
         if work > 0:
             if elapsed <= 0:
@@ -152,7 +156,7 @@ class Chunker:
 THREADS_VARIABLE = "LOWERSET_THREADS"
 
 
-def cores():
+def cores() -> int:
     """Threads one planner call may run at once: ``$LOWERSET_THREADS`` where it is set, else
     the logical cores this process may run on (its CPU affinity where the OS tells it).
 
@@ -173,7 +177,7 @@ def cores():
         return os.cpu_count() or 1
 
 
-def available_memory():
+def available_memory() -> int | None:
     """Bytes of memory that new allocations can use, or None when it cannot be told.
 
     ``MemAvailable`` of ``/proc/meminfo`` on Linux, else the free physical pages.
@@ -196,7 +200,7 @@ _THREAD = threading.local()
 
 
 @contextlib.contextmanager
-def one_thread():
+def one_thread() -> Iterator[None]:
     """While inside, a DP pass on the calling thread runs on it alone (:func:`pass_threads` is
     1): the thread is one of several that run passes at once, and the other cores have work."""
     before = getattr(_THREAD, "alone", False)
@@ -207,7 +211,7 @@ def one_thread():
         _THREAD.alone = before
 
 
-def pass_threads():
+def pass_threads() -> int:
     """Threads one DP pass on the calling thread may use: 1 inside :func:`one_thread`, else 2
     where :func:`cores` allows two (a pass splits its size classes in two halves at most)."""
     return 1 if getattr(_THREAD, "alone", False) else min(2, cores())
@@ -218,7 +222,7 @@ _sharing = 1
 
 
 @contextlib.contextmanager
-def sharing_memory(passes):
+def sharing_memory(passes: int) -> Iterator[None]:
     """While inside, :func:`memory_cap` gives each of `passes` concurrent DP passes its share."""
     global _sharing
     before, _sharing = _sharing, max(1, int(passes))
@@ -228,7 +232,7 @@ def sharing_memory(passes):
         _sharing = before
 
 
-def memory_cap():
+def memory_cap() -> int | None:
     """Bytes one planner call (or one of the DP passes it runs at once, :func:`sharing_memory`)
     may plan to allocate (:data:`MEMORY_FRACTION` of what is available), or None when the
     available memory is unknown."""
@@ -236,7 +240,7 @@ def memory_cap():
     return None if avail is None else int(MEMORY_FRACTION * avail) // _sharing
 
 
-def check_memory(nbytes, what, fix):
+def check_memory(nbytes: int, what: str, fix: str) -> None:
     """Raise SearchLimitError before allocating `nbytes` that the machine does not have.
 
     Parameters

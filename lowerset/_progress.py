@@ -7,9 +7,13 @@ only on a terminal (``stream.isatty()``) and only once the call has run :data:`D
 elsewhere nothing is printed and tqdm is not imported.
 """
 
+from __future__ import annotations
+
 import contextlib
 import sys
 import threading
+from collections.abc import Iterator
+from typing import IO, Any
 
 __all__ = ["progress", "phase", "current", "DELAY"]
 
@@ -20,7 +24,8 @@ _active = threading.local()
 
 
 @contextlib.contextmanager
-def progress(desc, enabled=True, stream=None, delay=None):
+def progress(desc: str, enabled: bool = True, stream: IO[str] | None = None,
+             delay: float | None = None) -> Iterator[Any]:
     """Show an elapsed-time bar on `stream` (default stderr) while the block runs.
 
     Parameters
@@ -50,7 +55,7 @@ def progress(desc, enabled=True, stream=None, delay=None):
         _active.owned, _active.bar = False, None
 
 
-def phase(name):
+def phase(name: str) -> None:
     """Name the step the planner runs now after the bar's description (no bar: only
     :func:`current` says it)."""
     _active.phase = name
@@ -59,7 +64,7 @@ def phase(name):
         bar.set_description_str(f"{_active.desc} ({name})")
 
 
-def current():
+def current() -> str | None:
     """The step :func:`phase` last named in this thread, or None."""
     return getattr(_active, "phase", None)
 

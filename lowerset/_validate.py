@@ -6,17 +6,26 @@ seconds) or raises :class:`~lowerset.ArgumentError` (a bad value, also a ``Value
 argument, the value given and what is allowed.
 """
 
+from __future__ import annotations
+
 import functools
 import math
 import numbers
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .exceptions import ArgumentError, ArgumentTypeError
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 __all__ = ["check_budget", "check_count", "check_time_limit", "check_choice", "check_graph",
            "requires_graph"]
 
 
-def check_budget(value, name="budget"):
+def check_budget(value: object, name: str = "budget") -> int:
     """Return a number of bytes as a non-negative ``int``, rounding a float down.
 
     Parameters
@@ -60,7 +69,7 @@ def check_budget(value, name="budget"):
     return out
 
 
-def check_count(value, name, minimum=1):
+def check_count(value: object, name: str, minimum: int = 1) -> int:
     """Return an integer argument that must be at least `minimum`.
 
     Parameters
@@ -91,7 +100,7 @@ def check_count(value, name, minimum=1):
     return int(value)
 
 
-def check_time_limit(value, name="time_limit"):
+def check_time_limit(value: object, name: str = "time_limit") -> float | None:
     """Return a time limit in seconds as a ``float``, or None for no limit.
 
     Parameters
@@ -122,7 +131,7 @@ def check_time_limit(value, name="time_limit"):
     return x
 
 
-def check_choice(value, name, choices):
+def check_choice(value: object, name: str, choices: Collection[str]) -> str:
     """Return `value` if it is one of the strings `choices`.
 
     Raises
@@ -135,7 +144,7 @@ def check_choice(value, name, choices):
     return value
 
 
-def check_graph(G, name="G"):
+def check_graph(G: object, name: str = "G") -> Graph:
     """Return `G` if it is a :class:`~lowerset.Graph`.
 
     Raises
@@ -155,7 +164,7 @@ def check_graph(G, name="G"):
     return G
 
 
-def _graph_class():
+def _graph_class() -> type[Graph]:
     global _GRAPH
     if _GRAPH is None:
         from .graph import Graph
@@ -164,10 +173,10 @@ def _graph_class():
     return _GRAPH
 
 
-_GRAPH = None
+_GRAPH: type[Graph] | None = None
 
 
-def requires_graph(func):
+def requires_graph(func: _F) -> _F:
     """Decorator: check that the first argument of `func` is a :class:`~lowerset.Graph`.
 
     The check runs before `func`'s body, as networkx's ``not_implemented_for`` does; the
@@ -179,8 +188,8 @@ def requires_graph(func):
         (From the wrapped function.) If the first argument is not a Graph.
     """
     @functools.wraps(func)
-    def wrapper(G, *args, **kwargs):
+    def wrapper(G: object, *args: Any, **kwargs: Any) -> Any:
         check_graph(G)
         return func(G, *args, **kwargs)
 
-    return wrapper
+    return cast(_F, wrapper)

@@ -7,15 +7,19 @@ blocks (so that a time limit can stop them) and turn the back-pointers into a
 :class:`~lowerset.strategy.CanonicalStrategy`.
 """
 
+from __future__ import annotations
+
 import concurrent.futures
 import threading
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import numpy as np
 
 from . import _kernels, _limits
+from ._typing import Number
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import ArgumentError, InfeasibleBudgetError, LowersetError, SearchLimitError
+from .graph import Graph
 from .lowersets import DEFAULT_MAX_LOWER_SETS, _contracted_count, _count, family
 from .strategy import CanonicalStrategy
 
@@ -73,7 +77,8 @@ def _check_method(method):
 
 
 @requires_graph
-def resolve_method(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None):
+def resolve_method(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+                   time_limit: Number | None = None) -> str:
     """Return `method`, with "auto" replaced by "contracted" where the quotient of `G`
     (:func:`lowerset.lowersets.contraction`) has at most `max_lower_sets` lower sets, else by
     "approx" (the pruned family, Sec. 4.3).
@@ -143,8 +148,9 @@ def _check_mode(mode):
     return check_choice(mode, "mode", MODES)
 
 
-def same_families(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE,
-                  method="exact"):
+def same_families(G: Graph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+                  deadline: _limits.Deadline = _limits.NO_DEADLINE,
+                  method: str = "exact") -> bool:
     """Whether the family of `method` ("exact": all lower sets, Sec. 4.2; "contracted") is the
     pruned one (Sec. 4.3): the same sets in the same order, so that every DP pass over one
     gives the other's result (each lower set of G is ∅, V or the ancestors of one node:
@@ -228,7 +234,7 @@ def _drive(fam, deadline, step, what, entry_cap, halves=None):
     while lo < s:
         budget = chunk.start()
         out = None
-        if per_set > 0:
+        if per_set > 0 and ends is not None:   # per_set > 0: halves, so ends, are given
             hi = min(int(ends[lo]), lo + 2 * max(1, budget // per_set))
             if hi - lo >= 2 and (hi - lo) * per_set * _SPLIT_SHARE >= budget:
                 out = halves(lo, (lo + hi) // 2, hi, entry_cap.value)
@@ -504,9 +510,21 @@ def _check_feasible(G, budget, method, max_lower_sets, deadline):
         raise InfeasibleBudgetError(budget, mb, method=method)
 
 
+@overload
+def min_budget(G: Graph, method: str = ..., *, max_lower_sets: int = ...,
+               time_limit: Number | None = ..., return_strategy: Literal[False] = ...) -> int: ...
+@overload
+def min_budget(G: Graph, method: str = ..., *, max_lower_sets: int = ...,
+               time_limit: Number | None = ...,
+               return_strategy: Literal[True]) -> tuple[int, CanonicalStrategy]: ...
+@overload
+def min_budget(G: Graph, method: str = ..., *, max_lower_sets: int = ...,
+               time_limit: Number | None = ...,
+               return_strategy: bool) -> int | tuple[int, CanonicalStrategy]: ...
 @requires_graph
-def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=None,
-               return_strategy=False):
+def min_budget(G: Graph, method: str = "exact", *,
+               max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, time_limit: Number | None = None,
+               return_strategy: bool = False) -> int | tuple[int, CanonicalStrategy]:
     """Return the smallest budget B (bytes) for which a canonical strategy has peak <= B.
 
     Computed exactly over the family of `method` by a DP over states (L, m, p): m = M(U) cached
@@ -575,8 +593,10 @@ def min_budget(G, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time
 
 
 @requires_graph
-def solve(G, budget=None, mode="time", method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-          time_limit=None, overhead_bound=None, overhead_guess=None):
+def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: str = "exact", *,
+          max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, time_limit: Number | None = None,
+          overhead_bound: int | None = None,
+          overhead_guess: int | None = None) -> CanonicalStrategy:
     """Plan a canonical strategy within a memory budget (Sec. 4.2-4.4).
 
     Parameters
@@ -849,8 +869,10 @@ def _strategy(G, fam, fpa, fpe, e, overhead, **meta):
 
 
 @requires_graph
-def time_front(G, budget, method="exact", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-               time_limit=None, overhead_bound=None, overhead_floor=0, start_at_bound=False):
+def time_front(G: Graph, budget: Number, method: str = "exact", *,
+               max_lower_sets: int = DEFAULT_MAX_LOWER_SETS, time_limit: Number | None = None,
+               overhead_bound: int | None = None, overhead_floor: int = 0,
+               start_at_bound: bool = False) -> list[CanonicalStrategy]:
     """Every strategy on the time-centric DP's final front at eq. (2) budget `budget`.
 
     The DP of :func:`solve` (``mode="time"``) ends with the states of V not dominated in

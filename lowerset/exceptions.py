@@ -5,6 +5,14 @@ One base class, :class:`LowersetError`; "your input is wrong" errors also derive
 too large" (:class:`SearchLimitError`) do not.
 """
 
+from __future__ import annotations
+
+from os import PathLike
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .verifying import VerifyReport
+
 __all__ = [
     "LowersetError",
     "GraphError",
@@ -69,7 +77,13 @@ class InfeasibleBudgetError(LowersetError):
         bytes it needed).
     """
 
-    def __init__(self, budget, min_budget=None, method=None, reason=None):
+    budget: int
+    min_budget: int | None
+    method: str | None
+    reason: str | None
+
+    def __init__(self, budget: int, min_budget: int | None = None, method: str | None = None,
+                 reason: str | None = None) -> None:
         self.budget = int(budget)
         self.min_budget = None if min_budget is None else int(min_budget)
         self.method = method
@@ -95,7 +109,9 @@ class SearchLimitError(LowersetError):
         Which limit was hit: "max_lower_sets", "time_limit" or "memory".
     """
 
-    def __init__(self, message, limit):
+    limit: str
+
+    def __init__(self, message: str, limit: str) -> None:
         self.limit = limit
         super().__init__(message)
 
@@ -117,7 +133,11 @@ class FormatError(LowersetError, ValueError):
         1-based line number of the problem, when it is tied to a line.
     """
 
-    def __init__(self, message, path, lineno=None):
+    path: str
+    lineno: int | None
+
+    def __init__(self, message: str, path: str | PathLike[str],
+                 lineno: int | None = None) -> None:
         self.path = str(path)
         self.lineno = lineno
         where = self.path if lineno is None else f"{self.path}, line {lineno}"
@@ -141,13 +161,16 @@ class NoBatchFitsError(InfeasibleBudgetError):
     batch_size : int
     """
 
-    def __init__(self, message, budget, min_budget, batch_size):
+    batch_size: int
+
+    def __init__(self, message: str, budget: int, min_budget: int | None,
+                 batch_size: int) -> None:
         InfeasibleBudgetError.__init__(self, budget, min_budget)
         self.batch_size = batch_size
         self.args = (message,)
 
-    def __str__(self):
-        return self.args[0]
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class VerificationError(LowersetError, AssertionError):
@@ -159,7 +182,9 @@ class VerificationError(LowersetError, AssertionError):
     report : lowerset.verifying.VerifyReport
     """
 
-    def __init__(self, report):
+    report: VerifyReport
+
+    def __init__(self, report: VerifyReport) -> None:
         self.report = report
         where = (f"first at {report.first_mismatch!r}" if report.first_mismatch is not None
                  else "in the events it executed")

@@ -15,9 +15,16 @@ argument is; ``src < 0`` is the external array ``~src`` (``-1`` is external 0) a
 All sizes are bytes.
 """
 
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from .exceptions import GraphError
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 __all__ = ["NodeFacts", "ExecutionFacts", "default_facts", "activation_facts", "EXTERNAL_KINDS",
            "GRAD_SUMS"]
@@ -101,31 +108,31 @@ class NodeFacts:
         two gradients of one array always has the array's size.
     """
 
-    outputs: tuple
-    args: tuple
+    outputs: tuple[int, ...]
+    args: tuple[tuple[int, int], ...]
     state: int = 0
-    reads_args: tuple = ()
-    reads_outputs: tuple = ()
-    grad_args: tuple = ()
-    output_views: tuple = ()
-    grad_views: tuple = ()
+    reads_args: tuple[int, ...] = ()
+    reads_outputs: tuple[int, ...] = ()
+    grad_args: tuple[bool, ...] = ()
+    output_views: tuple[int, ...] = ()
+    grad_views: tuple[int, ...] = ()
     forward_peak: int = 0
     backward_peak: int = 0
     stochastic: bool = False
     pinned: bool = False
-    plain_free_after: tuple = ()
+    plain_free_after: tuple[int, ...] = ()
     inplace: bool = False
-    plain_free_in_backward: tuple = ()
-    held_until: tuple = ()
-    after: tuple = ()
-    grad_sizes: tuple = ()
+    plain_free_in_backward: tuple[int, ...] = ()
+    held_until: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+    grad_sizes: tuple[int, ...] = ()
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples become lists)."""
         return {f.name: _listify(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: Mapping[str, Any]) -> NodeFacts:
         """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
         kw = {f.name: _tuplify(d[f.name]) for f in fields(cls) if f.name in d}
         kw["args"] = tuple(tuple(a) for a in kw["args"])
@@ -206,28 +213,28 @@ class ExecutionFacts:
     .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy; liveness analysis).
     """
 
-    nodes: tuple
-    forward_order: tuple
-    backward_order: tuple
-    externals: tuple = ()
-    returned: tuple = ()
-    seeds: tuple = ()
+    nodes: tuple[NodeFacts, ...]
+    forward_order: tuple[int, ...]
+    backward_order: tuple[int, ...]
+    externals: tuple[tuple[str, int], ...] = ()
+    returned: tuple[tuple[int, int], ...] = ()
+    seeds: tuple[tuple[int, int], ...] = ()
     grad_sum: str = "new"
-    external_sizes: tuple = ()
-    external_bases: tuple = ()
-    external_made: tuple = ()
-    external_free_after: tuple = ()
-    grads_at_start: tuple = ()
+    external_sizes: tuple[int, ...] = ()
+    external_bases: tuple[int, ...] = ()
+    external_made: tuple[int, ...] = ()
+    external_free_after: tuple[int, ...] = ()
+    grads_at_start: tuple[int, ...] = ()
 
     @property
-    def resident(self):
+    def resident(self) -> int:
         """Bytes allocated before the step, resident during it: the external arrays made
         before it (parameters and inputs) and the gradients in `grads_at_start`."""
         made = self.external_made or (-1,) * len(self.externals)
         return (sum(b for (_, b), m in zip(self.externals, made) if m < 0)
                 + sum(self.external_size(e) for e in self.grads_at_start))
 
-    def check(self, graph):
+    def check(self, graph: Graph) -> None:
         """Raise GraphError naming the first fact that does not fit `graph`."""
         n = graph.n
         if len(self.nodes) != n:
@@ -250,7 +257,7 @@ class ExecutionFacts:
             if not 0 <= v < n or v in bpos:
                 raise GraphError(f"backward_order entry {v!r} is not a node id or repeats")
             bpos[v] = i
-        consumers = [set() for _ in range(n)]
+        consumers: list[set[int]] = [set() for _ in range(n)]
         for w, nf in enumerate(self.nodes):
             for s, _ in nf.args:
                 if s >= 0:
@@ -330,18 +337,18 @@ class ExecutionFacts:
                     "(external_bases): name that one")
         return None
 
-    def external_target(self, e):
+    def external_target(self, e: int) -> int:
         """The external array whose gradient external `e`'s gradient is summed into (itself,
         or the root of its `external_bases` chain)."""
         while self.external_bases and self.external_bases[e] >= 0:
             e = self.external_bases[e]   # an earlier external: the chain ends
         return e
 
-    def external_size(self, e):
+    def external_size(self, e: int) -> int:
         """Bytes of external array `e` (its gradient's size; see `external_sizes`)."""
         return self.external_sizes[e] if self.external_sizes else self.externals[e][1]
 
-    def keyed(self, labels, measured=True):
+    def keyed(self, labels: Sequence[Hashable], measured: bool = True) -> tuple[Hashable, ...]:
         """A hashable form with node ids replaced by `labels` (for graph equality).
 
         With ``measured=False`` it leaves out the measured workspace peaks (``forward_peak``,
@@ -361,7 +368,7 @@ class ExecutionFacts:
                 self.external_sizes, self.external_bases, self.external_made,
                 self.external_free_after, self.grads_at_start)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (node ids as in the graph's node list)."""
         return {"nodes": [nf.to_dict() for nf in self.nodes],
                 "forward_order": list(self.forward_order),
@@ -377,7 +384,7 @@ class ExecutionFacts:
                 "grads_at_start": list(self.grads_at_start)}
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: Mapping[str, Any]) -> ExecutionFacts:
         """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
         return cls(nodes=tuple(NodeFacts.from_dict(x) for x in d["nodes"]),
                    forward_order=tuple(d["forward_order"]),
@@ -393,7 +400,7 @@ class ExecutionFacts:
                    grads_at_start=tuple(d.get("grads_at_start", ())))
 
 
-def default_facts(graph):
+def default_facts(graph: Graph) -> ExecutionFacts:
     """The facts assumed for a graph that carries none (the paper's conservative model).
 
     Every node has one output of M_v bytes, no state and no workspace; its arguments are its
@@ -430,7 +437,7 @@ def default_facts(graph):
                           returned=sinks, seeds=sinks)
 
 
-def activation_facts(facts):
+def activation_facts(facts: ExecutionFacts) -> ExecutionFacts:
     """The facts of the same step with only its activations counted: the paper's memory.
 
     A schedule over these facts counts the values, their gradients and the functions' saved

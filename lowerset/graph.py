@@ -5,14 +5,21 @@ that v is an input of the function producing w. Users name nodes with any hashab
 graph stores them as dense integer ids in a topological order, which is what the Numba kernels use.
 """
 
+from __future__ import annotations
+
 import numbers
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .exceptions import ArgumentTypeError, FrozenGraphError, GraphError
 from .execution import ExecutionFacts, default_facts
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Graph"]
 
@@ -28,12 +35,12 @@ def _as_int(value, what, label, *, positive):
         raise GraphError(f"node {label!r}: {what} must be a number, got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
         raise GraphError(f"node {label!r}: {what} must be finite, got {value!r}")
-    if int(value) != value:
+    if int(value) != value:  # type: ignore[call-overload]  # typeshed's Real has no __int__
         raise GraphError(
             f"node {label!r}: {what} must be an integer, got {value!r}"
             + (" (scale costs to integer cost units)" if what == "cost" else " (bytes)")
         )
-    value = int(value)
+    value = int(value)  # type: ignore[call-overload]  # as above
     if positive and value <= 0:
         raise GraphError(f"node {label!r}: {what} must be > 0, got {value}")
     if not positive and value < 0:
@@ -124,7 +131,23 @@ class Graph:
     (3, ('a', 'b', 'c'))
     """
 
-    def __init__(self, nodes, edges, cost, memory, attrs=None, facts=None):
+    labels: tuple[Hashable, ...]
+    index: Mapping[Hashable, int]
+    n: int
+    cost: npt.NDArray[np.int64]
+    memory: npt.NDArray[np.int64]
+    pred_ptr: npt.NDArray[np.int64]
+    pred_idx: npt.NDArray[np.int64]
+    succ_ptr: npt.NDArray[np.int64]
+    succ_idx: npt.NDArray[np.int64]
+    attrs: Mapping[Hashable, dict[str, Any]]
+    facts: ExecutionFacts
+    has_facts: bool
+
+    def __init__(self, nodes: Iterable[Hashable], edges: Iterable[tuple[Hashable, Hashable]],
+                 cost: Mapping[Hashable, int], memory: Mapping[Hashable, int],
+                 attrs: Mapping[Hashable, Mapping[str, Any]] | None = None,
+                 facts: ExecutionFacts | None = None) -> None:
         nodes = list(nodes)
         if not nodes:
             raise GraphError("the graph is empty: a forward graph needs at least one node")
@@ -133,7 +156,7 @@ class Graph:
                 raise ArgumentTypeError(
                     f"{name} must be a mapping from node label to value, got "
                     f"{type(m).__name__}")
-        pos = {}
+        pos: dict[Hashable, int] = {}
         for v in nodes:
             _check_hashable(v, "node label")
             if v is None:
@@ -194,7 +217,8 @@ class Graph:
         self.cost = _readonly(np.asarray(costs, dtype=np.int64))
         self.memory = _readonly(np.asarray(mems, dtype=np.int64))
         self.attrs = MappingProxyType(node_attrs)
-        preds, succs = [[] for _ in order], [[] for _ in order]
+        preds: list[list[int]] = [[] for _ in order]
+        succs: list[list[int]] = [[] for _ in order]
         for v, w in edge_list:
             succs[index[v]].append(index[w])
             preds[index[w]].append(index[v])
@@ -211,26 +235,26 @@ class Graph:
 
     # -- immutability ---------------------------------------------------------------------------
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in self.__dict__.get("_frozen", ()):
             raise FrozenGraphError(
                 f"cannot set Graph.{name}: a Graph is immutable; build a new one")
         object.__setattr__(self, name, value)
 
-    def __delattr__(self, name):
+    def __delattr__(self, name: str) -> None:
         if name in self.__dict__.get("_frozen", ()):
             raise FrozenGraphError(
                 f"cannot delete Graph.{name}: a Graph is immutable; build a new one")
         object.__delattr__(self, name)
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         # plain containers (mapping proxies do not pickle), no planner caches
         state = {k: v for k, v in self.__dict__.items() if k not in _CACHES}
         state["index"] = dict(self.index)
         state["attrs"] = dict(self.attrs)
         return state
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
         state = dict(state)
         state["index"] = MappingProxyType(dict(state["index"]))
         state["attrs"] = MappingProxyType(dict(state["attrs"]))
@@ -241,7 +265,7 @@ class Graph:
     # -- construction ---------------------------------------------------------------------------
 
     @classmethod
-    def from_networkx(cls, G, cost="cost", memory="memory"):
+    def from_networkx(cls, G: nx.DiGraph, cost: str = "cost", memory: str = "memory") -> Graph:
         """Build a Graph from a :class:`networkx.DiGraph` whose nodes carry cost and memory.
 
         Parameters
@@ -274,7 +298,7 @@ class Graph:
                  for v, d in data.items()}
         return cls(G.nodes, G.edges, c, m, attrs=attrs)
 
-    def to_networkx(self):
+    def to_networkx(self) -> nx.DiGraph:
         """Return a :class:`networkx.DiGraph` copy with node attributes ``cost`` and ``memory``."""
         import networkx as nx
 
@@ -287,13 +311,13 @@ class Graph:
         return G
 
     @classmethod
-    def chain(cls, n, cost=1, memory=1):
+    def chain(cls, n: int, cost: int = 1, memory: int = 1) -> Graph:
         """Return the path graph 0 -> 1 -> ... -> n-1 with constant cost and memory."""
         nodes = list(range(n))
         return cls(nodes, zip(nodes[:-1], nodes[1:]), {v: cost for v in nodes},
                    {v: memory for v in nodes})
 
-    def with_facts(self, facts):
+    def with_facts(self, facts: ExecutionFacts) -> Graph:
         """Return a :class:`Graph` with the same nodes, edges, costs, memory and attrs and
         `facts` (an :class:`ExecutionFacts` indexed by this graph's node ids).
 
@@ -316,25 +340,25 @@ class Graph:
     # -- helpers --------------------------------------------------------------------------------
 
     @property
-    def edges(self):
+    def edges(self) -> list[tuple[Hashable, Hashable]]:
         """List of edges (v, w) as label pairs."""
         return [(self.labels[i], self.labels[j]) for i in range(self.n)
                 for j in self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]]
 
     @property
-    def n_words(self):
+    def n_words(self) -> int:
         """Number of uint64 words of a bitset over V."""
         return (self.n + 63) // 64
 
-    def preds(self, i):
+    def preds(self, i: int) -> npt.NDArray[np.int64]:
         """Ids of the predecessors of node id `i` (ndarray of int64)."""
         return self.pred_idx[self.pred_ptr[i] : self.pred_ptr[i + 1]]
 
-    def succs(self, i):
+    def succs(self, i: int) -> npt.NDArray[np.int64]:
         """Ids of the successors of node id `i` (ndarray of int64)."""
         return self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]
 
-    def mask(self, nodes):
+    def mask(self, nodes: Iterable[Hashable] | npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         """Return the membership mask of a set of node labels.
 
         Parameters
@@ -362,19 +386,19 @@ class Graph:
                 raise GraphError(f"{v!r} is not a node of the graph") from None
         return out
 
-    def nodes_of(self, mask):
+    def nodes_of(self, mask: npt.ArrayLike) -> frozenset[Hashable]:
         """Return the frozenset of labels whose entry in the bool mask (shape (n,)) is True."""
         return frozenset(self.labels[i] for i in np.flatnonzero(mask))
 
-    def total_cost(self):
+    def total_cost(self) -> int:
         """T(V) in cost units."""
         return int(self.cost.sum())
 
-    def total_memory(self):
+    def total_memory(self) -> int:
         """M(V) in bytes."""
         return int(self.memory.sum())
 
-    def fingerprint(self):
+    def fingerprint(self) -> tuple[Hashable, ...]:
         """A hashable value identifying the graph up to node order.
 
         It holds each node with its cost and memory, the edge set and the execution facts (with
@@ -385,7 +409,7 @@ class Graph:
         facts = self.facts.keyed(self.labels) if self.has_facts else None
         return nodes, frozenset(self.edges), facts
 
-    def matches(self, other):
+    def matches(self, other: object) -> bool:
         """Whether `other` is the same graph up to node order and measured workspace peaks.
 
         Equal nodes, costs (cost units), memory (bytes), edges and execution facts, leaving out
@@ -401,13 +425,13 @@ class Graph:
         return (not self.has_facts or self.facts.keyed(self.labels, measured=False)
                 == other.facts.keyed(other.labels, measured=False))
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Graph) and self.fingerprint() == other.fingerprint()
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.fingerprint())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Graph(n={self.n}, edges={len(self.succ_idx)}, T(V)={self.total_cost()}, "
                 f"M(V)={self.total_memory()} bytes)")
 
@@ -447,7 +471,7 @@ def _topological_order(nodes, edges):
     GraphError
         If the graph has a cycle; the message names one.
     """
-    succ = {v: [] for v in nodes}
+    succ: dict[Hashable, list[Hashable]] = {v: [] for v in nodes}
     indegree = dict.fromkeys(nodes, 0)
     for v, w in edges:
         succ[v].append(w)

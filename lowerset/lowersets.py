@@ -8,11 +8,16 @@ adds the prefixes of two topological orders (:func:`ordered_lower_sets`). The co
 its one input, and the pruned ones.
 """
 
+from __future__ import annotations
+
 from collections import namedtuple
+from collections.abc import Hashable
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _kernels, _limits
+from ._typing import BoolArray, IntArray, NodeSet
 from ._validate import check_count, requires_graph
 from .exceptions import LowersetError, NotALowerSetError, SearchLimitError
 from .graph import Graph
@@ -50,7 +55,7 @@ Family = namedtuple(
 )
 
 
-def bits_of_mask(mask):
+def bits_of_mask(mask: npt.ArrayLike) -> npt.NDArray[np.uint64]:
     """Pack a bool mask, shape (n,), into a uint64 bitset, shape (ceil(n / 64),)."""
     mask = np.asarray(mask, dtype=bool)
     n_words = (mask.shape[0] + 63) // 64
@@ -59,7 +64,7 @@ def bits_of_mask(mask):
     return np.packbits(padded.reshape(-1, 8)[:, ::-1]).view("<u8").astype(np.uint64)
 
 
-def mask_of_bits(bits, n):
+def mask_of_bits(bits: npt.ArrayLike, n: int) -> BoolArray:
     """Unpack a uint64 bitset, shape (W,), into a bool mask, shape (n,); or bitsets, shape
     (k, W), into masks, shape (k, n)."""
     bits = np.ascontiguousarray(bits, dtype="<u8")
@@ -69,7 +74,7 @@ def mask_of_bits(bits, n):
 
 
 @requires_graph
-def is_lower_set(G, nodes):
+def is_lower_set(G: Graph, nodes: NodeSet) -> bool:
     """Return True when `nodes` is a lower set of `G` (no edge from V∖L into L; Sec. 2).
 
     Parameters
@@ -97,7 +102,7 @@ def is_lower_set(G, nodes):
 
 
 @requires_graph
-def check_lower_set(G, nodes):
+def check_lower_set(G: Graph, nodes: NodeSet) -> BoolArray:
     """Return the bool mask (shape (n,)) of `nodes`, or raise if it is not a lower set.
 
     Raises
@@ -118,7 +123,7 @@ def check_lower_set(G, nodes):
 
 
 @requires_graph
-def boundary(G, L):
+def boundary(G: Graph, L: NodeSet) -> frozenset[Hashable]:
     """Return the boundary ∂(L) = δ−(V∖L) ∩ L of a lower set (Sec. 2).
 
     Parameters
@@ -264,7 +269,8 @@ def _to_frozensets(G, sets):
 
 
 @requires_graph
-def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
+def lower_sets(G: Graph,
+               max_lower_sets: int = DEFAULT_MAX_LOWER_SETS) -> list[frozenset[Hashable]]:
     """Return every lower set of `G` (the family L_G of Sec. 2), the empty set and V included.
 
     Parameters
@@ -304,7 +310,7 @@ def lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
 
 
 @requires_graph
-def count_lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
+def count_lower_sets(G: Graph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS) -> int:
     """Return #L_G, the number of lower sets of `G` (empty set and V included).
 
     The sets are counted by the same depth-first search that enumerates them, without storing
@@ -338,7 +344,7 @@ def count_lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
 
 
 @requires_graph
-def pruned_lower_sets(G):
+def pruned_lower_sets(G: Graph) -> dict[Hashable, frozenset[Hashable]]:
     """Return the pruned family {L_v : v ∈ V} of Sec. 4.3, L_v = {w : v is reachable from w}.
 
     Returns
@@ -394,7 +400,7 @@ def _ordered_bits(G):
 
 
 @requires_graph
-def ordered_lower_sets(G):
+def ordered_lower_sets(G: Graph) -> list[frozenset[Hashable]]:
     """Return the ordered family: the pruned sets L_v (Sec. 4.3), and every prefix of two
     topological orders, the graph's own and by generations (longest path from a source).
 
@@ -426,7 +432,7 @@ def ordered_lower_sets(G):
     return _to_frozensets(G, _by_size(_ordered_bits(G)))
 
 
-def contraction(G):
+def contraction(G: Graph) -> tuple[IntArray, Graph]:
     """Group the nodes that own no memory with the node they read: ``(group, quotient)``.
 
     A node with M_v = 0 (a view, the output of an in-place write: what a traced step holds of
@@ -498,7 +504,8 @@ def _contracted_count(G, max_lower_sets, deadline):
 
 
 @requires_graph
-def contracted_lower_sets(G, max_lower_sets=DEFAULT_MAX_LOWER_SETS):
+def contracted_lower_sets(
+        G: Graph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS) -> list[frozenset[Hashable]]:
     """Return the contracted family: the lower sets of `G` that keep each group of
     :func:`contraction` whole (a node owning no memory with the node it reads), and the
     pruned sets L_v (Sec. 4.3).
@@ -544,7 +551,8 @@ def _by_size(sets):
     return np.ascontiguousarray(sets[np.argsort(size, kind="stable")])
 
 
-def family(G, method, max_lower_sets=DEFAULT_MAX_LOWER_SETS, deadline=_limits.NO_DEADLINE):
+def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+           deadline: _limits.Deadline = _limits.NO_DEADLINE) -> Family:
     """Build the sorted family of lower sets a DP searches, with its per-set statistics.
 
     Parameters

@@ -37,17 +37,22 @@ ends, and the call returns the best plan found with a :class:`TimeLimitWarning`.
 workspace), and returns the plan on `G`.
 """
 
+from __future__ import annotations
+
 import concurrent.futures
 import contextlib
 import math
 import threading
 import warnings
+from typing import Any
 
 from . import _limits, _progress, dp
+from ._typing import Number
 from ._validate import check_budget, check_graph, check_time_limit
 from .baselines import chen_sqrtn, selective_family
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError, TimeLimitWarning
 from .execution import activation_facts
+from .graph import Graph
 from .lowersets import DEFAULT_MAX_LOWER_SETS, _contracted_count, count_lower_sets
 from .refine import refine
 from .scheduling import _known_peak_and_cost, dropped_nodes
@@ -106,7 +111,7 @@ def _ladder(lo, hi, n):
     if n <= 1 or hi <= lo or lo <= 0:
         return [lo] if lo >= hi else [lo, hi]
     r = (hi / lo) ** (1.0 / (n - 1))
-    out = []
+    out: list[int] = []
     for i in range(n):
         b = hi if i == n - 1 else int(math.ceil(lo * r ** i))
         if not out or b > out[-1]:
@@ -114,7 +119,7 @@ def _ladder(lo, hi, n):
     return out
 
 
-def default_time_limit(G):
+def default_time_limit(G: Graph) -> float:
     """The time limit (seconds) of a planner call on `G` when the caller gives none:
     :data:`DEFAULT_SECONDS` up to :data:`DEFAULT_NODES` nodes, :data:`SECONDS_PER_NODE` more
     per node above (58 s at 10,000 nodes)."""
@@ -276,7 +281,7 @@ class _Passes:
     def __init__(self, chains):
         self.chains = chains
         self.started = [0] * len(chains)
-        self.done = [set() for _ in chains]
+        self.done: list[set[int]] = [set() for _ in chains]
         self.stopped = False
         self.changed = threading.Condition()
 
@@ -414,8 +419,9 @@ def _guess(optima, bound):
     return min(bound, int(1.1 * optima[-1] * min(1.0, optima[-1] / optima[-2])) + 1)
 
 
-def pareto(G, method="auto", *, max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=DEFAULT,
-           progress=True):
+def pareto(G: Graph, method: str = "auto", *, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+           time_limit: Number | str | None = DEFAULT,
+           progress: bool = True) -> list[CanonicalStrategy]:
     """Return the overhead/peak trade-off of the planner's pool of canonical strategies.
 
     Parameters
@@ -541,7 +547,7 @@ def _point(s):
 def _front(strategies):
     """The strategies not dominated in (recompute cost, schedule peak), overhead increasing."""
     ranked = sorted(strategies, key=_point)
-    front = []
+    front: list[CanonicalStrategy] = []
     for s in ranked:
         if not front or _point(s)[1] < _point(front[-1])[1]:
             front.append(s)
@@ -556,8 +562,10 @@ def _merge(G, method, max_lower_sets, strategies):
         cache[key] = _front(cache[key] + list(strategies))
 
 
-def min_peak(G, method="auto", *, measure="step", max_lower_sets=DEFAULT_MAX_LOWER_SETS,
-             time_limit=DEFAULT, progress=True):
+def min_peak(G: Graph, method: str = "auto", *, measure: str = "step",
+             max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+             time_limit: Number | str | None = DEFAULT,
+             progress: bool = True) -> CanonicalStrategy:
     """Return the planner's strategy with the least schedule peak, with the least overhead
     :func:`solve` finds at that peak.
 
@@ -628,8 +636,9 @@ def _activation_view(G):
     return view
 
 
-def solve(G, budget=None, mode="time", method="auto", *, model="executor",
-          max_lower_sets=DEFAULT_MAX_LOWER_SETS, time_limit=DEFAULT, progress=True):
+def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: str = "auto", *,
+          model: str = "executor", max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+          time_limit: Number | str | None = DEFAULT, progress: bool = True) -> CanonicalStrategy:
     """Plan a canonical strategy within a memory budget.
 
     Parameters
@@ -703,7 +712,8 @@ def solve(G, budget=None, mode="time", method="auto", *, model="executor",
     if model not in MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
     if model == "paper":
-        limit = None if isinstance(time_limit, str) and time_limit == DEFAULT else time_limit
+        # any other str goes on to dp, whose check_time_limit names it
+        limit: Any = None if isinstance(time_limit, str) and time_limit == DEFAULT else time_limit
         method = dp.resolve_method(G, method, max_lower_sets, limit)
         return dp.solve(G, budget, mode=mode, method=method, max_lower_sets=max_lower_sets,
                         time_limit=limit)

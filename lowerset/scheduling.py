@@ -49,16 +49,29 @@ References
    it), footnote 2 (eq. (2) overestimates such an executor).
 """
 
+from __future__ import annotations
+
 import threading
 from collections import namedtuple
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import numpy as np
 
 from . import _schedule_kernels as _k
+from ._typing import BoolArray, IntArray
 from .exceptions import ArgumentTypeError
+from .execution import ExecutionFacts
 from .graph import Graph
+
+if TYPE_CHECKING:
+    from .strategy import CanonicalStrategy
+
+#: A schedule's events as int64 arrays ``(kind, node, nbytes, optr, oidx)``
+#: (:attr:`Schedule.arrays`).
+EventArrays = tuple[IntArray, IntArray, IntArray, IntArray, IntArray]
 
 __all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KINDS",
            "inplace_groups"]
@@ -66,24 +79,30 @@ __all__ = ["Event", "Schedule", "MemoryFold", "schedule", "simulate", "EVENT_KIN
 #: Event kinds, in the vocabulary of the paper's canonical strategy and of liveness analysis.
 EVENT_KINDS = _k.EVENT_CODES
 
-Event = namedtuple("Event", "kind node bytes outputs")
-Event.__doc__ = """One step of a training step's schedule.
 
-Attributes
-----------
-kind : str
-    One of :data:`EVENT_KINDS`.
-node : hashable
-    The node's label.
-bytes : int
-    Nominal bytes of the arrays the event makes or frees (views counted at their size):
-    ``forward``/``recompute``: the outputs and the state made; ``drop``/``free_value``: the
-    outputs freed; ``free_state``: the state; ``seed_grad``: the initial gradient;
-    ``backward``/``free_grad``: the node's output gradients read/freed.
-outputs : tuple of int
-    Output indexes concerned (``forward``, ``recompute``, ``drop``, ``free_value``,
-    ``seed_grad``); empty otherwise.
-"""
+class Event(NamedTuple):
+    """One step of a training step's schedule.
+
+    Attributes
+    ----------
+    kind : str
+        One of :data:`EVENT_KINDS`.
+    node : hashable
+        The node's label.
+    bytes : int
+        Nominal bytes of the arrays the event makes or frees (views counted at their size):
+        ``forward``/``recompute``: the outputs and the state made; ``drop``/``free_value``: the
+        outputs freed; ``free_state``: the state; ``seed_grad``: the initial gradient;
+        ``backward``/``free_grad``: the node's output gradients read/freed.
+    outputs : tuple of int
+        Output indexes concerned (``forward``, ``recompute``, ``drop``, ``free_value``,
+        ``seed_grad``); empty otherwise.
+    """
+
+    kind: str
+    node: Hashable
+    bytes: int
+    outputs: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -105,8 +124,8 @@ class MemoryFold:
         Index of the first event reaching the peak (-1 if the resident bytes are the peak).
     """
 
-    timeline: np.ndarray
-    highs: np.ndarray
+    timeline: IntArray
+    highs: IntArray
     resident: int
     peak: int
     peak_index: int
@@ -125,13 +144,14 @@ class Schedule:
         of :data:`EVENT_KINDS`, outputs in CSR form).
     """
 
-    def __init__(self, graph, strategy, arrays):
+    def __init__(self, graph: Graph, strategy: CanonicalStrategy | None,
+                 arrays: EventArrays) -> None:
         self.graph = graph
         self.strategy = strategy
         self.arrays = arrays
 
     @cached_property
-    def events(self):
+    def events(self) -> tuple[Event, ...]:
         """Tuple of :class:`Event`, in order."""
         kind, node, nbytes, optr, oidx = self.arrays
         labels = self.graph.labels
@@ -142,48 +162,48 @@ class Schedule:
                                                        nbytes.tolist())))
 
     @cached_property
-    def fold(self):
+    def fold(self) -> MemoryFold:
         """:class:`MemoryFold` of the events (computed once)."""
         return _fold(self.graph, self.arrays)
 
     @property
-    def peak(self):
+    def peak(self) -> int:
         """Bytes in use at the step's highest point, resident bytes included."""
         return self.fold.peak
 
     @property
-    def resident(self):
+    def resident(self) -> int:
         """Bytes allocated before the step (parameters, inputs, the gradients that exist at
         the start: ``ExecutionFacts.grads_at_start``)."""
         return self.fold.resident
 
     @property
-    def timeline(self):
+    def timeline(self) -> IntArray:
         """Bytes in use after each event (ndarray of int64, shape (#events,))."""
         return self.fold.timeline
 
     @property
-    def recomputed(self):
+    def recomputed(self) -> list[Hashable]:
         """Labels recomputed (or rematerialized), in order; a canonical strategy's schedule
         recomputes each at most once."""
         kind, node = self.arrays[0], self.arrays[1]
         return [self.graph.labels[v] for v in node[_replays(kind)].tolist()]
 
     @property
-    def recompute_cost(self):
+    def recompute_cost(self) -> int:
         """Total cost T of the recomputations (and rematerializations), cost units; for a
         canonical strategy at most its eq. (1) overhead."""
         return _recompute_cost(self.graph, self.arrays)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return int(self.arrays[0].shape[0])
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         what = "plain" if self.strategy is None else repr(self.strategy)
         return f"Schedule({len(self)} events, peak={self.peak} bytes, {what})"
 
 
-def schedule(plan):
+def schedule(plan: CanonicalStrategy | Graph) -> Schedule:
     """Return the schedule of one training step under `plan`.
 
     Parameters
@@ -222,7 +242,7 @@ def schedule(plan):
                             f"got {type(plan).__name__}")
 
 
-def _is_strategy(plan):
+def _is_strategy(plan: object) -> TypeGuard[CanonicalStrategy]:
     """Whether `plan` is a :class:`~lowerset.CanonicalStrategy`: an object with a graph and
     the segment of each of its nodes (:func:`segment_labels`, all the schedule reads of it).
 
@@ -232,7 +252,7 @@ def _is_strategy(plan):
         getattr(plan, "segment_of_nodes", None))
 
 
-def simulate(plan):
+def simulate(plan: CanonicalStrategy | Graph) -> MemoryFold:
     """Return the memory fold of `plan`'s schedule: ``schedule(plan).fold``.
 
     Parameters
@@ -258,7 +278,7 @@ def simulate(plan):
     return schedule(plan).fold
 
 
-def dropped_nodes(strategy):
+def dropped_nodes(strategy: CanonicalStrategy) -> BoolArray:
     """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
     pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
     consumers; an in-place function (``NodeFacts.inplace``) and the producer of the array it
@@ -267,12 +287,12 @@ def dropped_nodes(strategy):
     return dropped_of_labels(strategy.graph, segment_labels(strategy))
 
 
-def segment_labels(strategy):
+def segment_labels(strategy: CanonicalStrategy) -> IntArray:
     """Int64 per node id (shape (n,)): the 0-based segment i of each node, ``v ∈ V_{i+1}``."""
     return strategy.segment_of_nodes()
 
 
-def dropped_of_labels(g, seg):
+def dropped_of_labels(g: Graph, seg: IntArray) -> BoolArray:
     """:func:`dropped_nodes` of the lower-set sequence whose segment labels are `seg` (int64,
     shape (n,), monotone along every edge, no empty segment).
 
@@ -318,7 +338,7 @@ def _inplace_groups(facts):
     return groups if (groups != np.arange(len(facts.nodes))).any() else None
 
 
-def inplace_groups(facts):
+def inplace_groups(facts: ExecutionFacts) -> IntArray:
     """Int64 per node (shape (n,)): the root id of the group of nodes that in-place writes tie
     together, the node itself where none does.
 
@@ -333,7 +353,7 @@ def inplace_groups(facts):
     nodes = facts.nodes
     root = np.arange(len(nodes), dtype=np.int64)
 
-    def find(v):
+    def find(v: int) -> int:
         while root[v] != v:
             root[v] = root[root[v]]
             v = root[v]
@@ -352,7 +372,7 @@ def inplace_groups(facts):
     return np.array([find(v) for v in range(len(root))], dtype=np.int64)
 
 
-def pinned_nodes(g):
+def pinned_nodes(g: Graph) -> BoolArray:
     """Bool per node id (shape (n,)): the pinned nodes (``NodeFacts.pinned``)."""
     return np.array([nf.pinned for nf in g.facts.nodes], dtype=bool)
 
@@ -368,7 +388,7 @@ Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_n
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
-def flat_facts(g):
+def flat_facts(g: Graph) -> Flat:
     """Return the :data:`Flat` arrays of `g`'s execution facts (computed once per graph)."""
     cached = g.__dict__.get("_flat_facts")
     if cached is None:
@@ -402,10 +422,13 @@ def _flatten(g):
         for s, k in nf.args:
             if s >= 0:
                 o = int(out_ptr[s]) + k
-                arg_node.append(s), arg_out.append(o), arg_target.append(o)
+                arg_node.append(s)
+                arg_out.append(o)
+                arg_target.append(o)
                 arg_size.append(F.nodes[s].outputs[k])
             else:
-                arg_node.append(-1), arg_out.append(-1)
+                arg_node.append(-1)
+                arg_out.append(-1)
                 arg_target.append(n_out + F.external_target(~s))
                 arg_size.append(F.external_size(~s))
     arg_gsize = [b for nf, (lo, hi) in zip(F.nodes, zip(arg_ptr[:-1], arg_ptr[1:]))
@@ -431,7 +454,8 @@ def _flatten(g):
     fwd = _i64(F.forward_order)
     fpos = np.empty(n, dtype=np.int64)
     fpos[fwd] = np.arange(n)
-    made_at, freed_at = [[] for _ in range(n)], [[] for _ in range(n)]
+    made_at: list[list[int]] = [[] for _ in range(n)]
+    freed_at: list[list[int]] = [[] for _ in range(n)]
     for e, (m, q) in enumerate(zip(F.external_made, F.external_free_after)):
         if m >= 0:   # made in the step: allocated at the forward event at position m
             made_at[int(fwd[m])].append(e)
@@ -543,12 +567,12 @@ def _cap(x):
 KNOWN_SCHEDULE_BYTES = 64 * 2**20
 
 
-def dropped_key(dropped):
+def dropped_key(dropped: BoolArray) -> bytes:
     """The packed bytes of `dropped` (bool per node): the key of :func:`known_schedules`."""
     return np.packbits(dropped).tobytes()
 
 
-def known_schedules(g):
+def known_schedules(g: Graph) -> dict[bytes, tuple[Any, ...]]:
     """The ``(peak, recompute_cost)`` of the dropped sets scheduled on `g` so far, by
     :func:`dropped_key`, kept on the graph (a Graph is immutable, and so are its schedules):
     the planner's calls on one graph (the pool's candidates, the local searches of `pareto`
@@ -558,7 +582,7 @@ def known_schedules(g):
     return g.__dict__.setdefault("_known_schedules", {})
 
 
-def remember_schedule(g, key, point):
+def remember_schedule(g: Graph, key: bytes, point: tuple[Any, ...]) -> None:
     """Keep `point` (peak, recompute_cost) of dropped set `key` on `g`, or a stopped schedule's
     ``(None, recompute_cost, floor)`` unless `g` knows more of it (the whole schedule, or a
     floor at least as high); the keys kept stay within :data:`KNOWN_SCHEDULE_BYTES` (all are
@@ -596,28 +620,38 @@ def _plain_arrays(g):
     recorded run freed it, the backward pass with gradients freed after each backward."""
     f = flat_facts(g)
     kind, node, nbytes, outs = [], [], [], []
-    frees = [[] for _ in range(f.n)]
+    frees: list[list[int]] = [[] for _ in range(f.n)]
     for o in np.flatnonzero(f.plain_free >= 0).tolist():
         frees[int(f.plain_free[o])].append(o)
     for q, v in enumerate(f.fwd.tolist()):
         lo, hi = int(f.out_ptr[v]), int(f.out_ptr[v + 1])
-        kind.append(_k.FORWARD), node.append(v), outs.append(list(range(hi - lo)))
+        kind.append(_k.FORWARD)
+        node.append(v)
+        outs.append(list(range(hi - lo)))
         nbytes.append(int(f.out_bytes[lo:hi].sum() + f.state[v]))
         if q == f.n - 1:
             for o in np.flatnonzero(f.seed).tolist():
                 u = int(f.out_node[o])
-                kind.append(_k.SEED_GRAD), node.append(u), nbytes.append(int(f.out_bytes[o]))
+                kind.append(_k.SEED_GRAD)
+                node.append(u)
+                nbytes.append(int(f.out_bytes[o]))
                 outs.append([o - int(f.out_ptr[u])])
         _plain_frees(f, frees[q], kind, node, nbytes, outs)
-    bfrees = [[] for _ in range(f.bwd.shape[0])]
+    bfrees: list[list[int]] = [[] for _ in range(f.bwd.shape[0])]
     for o in np.flatnonzero(f.plain_free_bwd >= 0).tolist():
         bfrees[int(f.plain_free_bwd[o])].append(o)
     for q, j in enumerate(f.bwd.tolist()):
         lo, hi = int(f.out_ptr[j]), int(f.out_ptr[j + 1])
         b = int(f.out_bytes[lo:hi][f.grad_out[lo:hi]].sum())
-        kind.append(_k.BACKWARD), node.append(j), nbytes.append(b), outs.append([])
+        kind.append(_k.BACKWARD)
+        node.append(j)
+        nbytes.append(b)
+        outs.append([])
         if f.grad_out[lo:hi].any():
-            kind.append(_k.FREE_GRAD), node.append(j), nbytes.append(b), outs.append([])
+            kind.append(_k.FREE_GRAD)
+            node.append(j)
+            nbytes.append(b)
+            outs.append([])
         _plain_frees(f, bfrees[q], kind, node, nbytes, outs)
     optr = _i64([0] + list(np.cumsum([len(o) for o in outs])))
     return _i64(kind), _i64(node), _i64(nbytes), optr, _i64([k for o in outs for k in o])
@@ -628,7 +662,9 @@ def _plain_frees(f, freed, kind, node, nbytes, outs):
     order."""
     for u in sorted({int(f.out_node[o]) for o in freed}, key=f.fpos.__getitem__):
         ks = sorted(o - int(f.out_ptr[u]) for o in freed if f.out_node[o] == u)
-        kind.append(_k.FREE_VALUE), node.append(u), outs.append(ks)
+        kind.append(_k.FREE_VALUE)
+        node.append(u)
+        outs.append(ks)
         nbytes.append(int(sum(f.out_bytes[int(f.out_ptr[u]) + k] for k in ks)))
 
 
@@ -658,7 +694,7 @@ class EventFold:
         The highest point of the events folded in so far (the resident bytes before any).
     """
 
-    def __init__(self, g):
+    def __init__(self, g: Graph) -> None:
         f = flat_facts(g)
         self.resident = f.resident
         self.high = f.resident
@@ -673,11 +709,12 @@ class EventFold:
         self._compact_at = self._cap // 2
 
     @property
-    def used(self):
+    def used(self) -> int:
         """Bytes in use now."""
         return int(self._st[7][0]) + self.resident
 
-    def need(self, kind, node, nbytes, optr, oidx):
+    def need(self, kind: IntArray, node: IntArray, nbytes: IntArray, optr: IntArray,
+             oidx: IntArray) -> int:
         """Fold in the events ``(kind, node, nbytes, optr, oidx)`` (int64 arrays as in
         :attr:`Schedule.arrays`, ``optr`` of length #events + 1 indexing ``oidx``) but the
         last; return the bytes above :attr:`used` at the highest point of the last, were it
@@ -690,7 +727,8 @@ class EventFold:
         self.high = max(self.high, int(high) + self.resident)
         return int(need)
 
-    def apply(self, kind, node, nbytes, optr, oidx):
+    def apply(self, kind: IntArray, node: IntArray, nbytes: IntArray, optr: IntArray,
+              oidx: IntArray) -> tuple[IntArray, IntArray]:
         """Fold in the events ``(kind, node, nbytes, optr, oidx)``; return the bytes in use
         after each and at its highest point (ndarrays of int64, shape (#events,))."""
         self._st, timeline, highs, _ = _k.fold_run(self._st, kind, node, nbytes, optr, oidx,

@@ -6,16 +6,25 @@ with node sets. The DP kernels evaluate the same quantities incrementally
 planners return.
 """
 
-from collections.abc import Iterable
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
+from ._typing import BoolArray, IntArray, NodeSet, Number
 from ._validate import check_budget, check_graph
 from .exceptions import ArgumentError, ArgumentTypeError, StrategyError
 from .graph import _graph_from_dict, _graph_to_dict
 from .lowersets import check_lower_set
 from .scheduling import schedule
+
+if TYPE_CHECKING:
+    from .graph import Graph
+    from .scheduling import Schedule
 
 __all__ = ["CanonicalStrategy"]
 
@@ -88,8 +97,18 @@ class CanonicalStrategy:
     (3, [50, 50], 50)
     """
 
-    def __init__(self, graph, lower_sets, *, method=None, mode=None, budget=None,
-                 planner_seconds=None):
+    graph: Graph
+    method: str | None
+    mode: str | None
+    budget: int | None
+    planner_seconds: float | None
+    overhead: int
+    memory_profile: list[int]
+    peak_memory: int
+
+    def __init__(self, graph: Graph, lower_sets: Iterable[NodeSet], *, method: str | None = None,
+                 mode: str | None = None, budget: Number | None = None,
+                 planner_seconds: float | None = None) -> None:
         check_graph(graph, "graph")
         self.graph = graph
         if isinstance(lower_sets, (set, frozenset)) or (
@@ -122,7 +141,7 @@ class CanonicalStrategy:
         self._set(_segments_of_masks(masks, graph.n), method, mode, budget, planner_seconds)
 
     @classmethod
-    def from_segments(cls, graph, seg, **meta):
+    def from_segments(cls, graph: Graph, seg: npt.ArrayLike, **meta: Any) -> CanonicalStrategy:
         """A strategy from the 0-based segment of each node (int64, shape (n,): ``seg[v] = i``
         for v in V_{i+1}; monotone along every edge, every segment 0..max non-empty), without
         checking it; `meta`: `method`, `mode`, `budget`, `planner_seconds` as in the
@@ -205,53 +224,53 @@ class CanonicalStrategy:
         return [(self._seg <= i) & (self._last > i) for i in range(int(self._seg.max()) + 1)]
 
     @cached_property
-    def lower_sets(self):
+    def lower_sets(self) -> list[frozenset[Hashable]]:
         """L_1 ⊂ ... ⊂ L_k = V, each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._masks]
 
     @cached_property
-    def segments(self):
+    def segments(self) -> list[frozenset[Hashable]]:
         """V_i = L_i ∖ L_(i-1), i = 1..k, each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._segment_masks]
 
     @cached_property
-    def cached(self):
+    def cached(self) -> list[frozenset[Hashable]]:
         """∂(L_i), i = 1..k: the nodes of L_i kept after segment i (a node of L_i with a
         successor outside it), each a frozenset of labels."""
         return [self.graph.nodes_of(m) for m in self._cached_masks]
 
     @cached_property
-    def recomputed(self):
+    def recomputed(self) -> frozenset[Hashable]:
         """The nodes recomputed in the backward pass (eq. 1: in some V_i, not in ∂(L_i)), a
         frozenset of labels."""
         return self.graph.nodes_of(self._recomputed_mask)
 
     @cached_property
-    def schedule(self):
+    def schedule(self) -> Schedule:
         """The :class:`~lowerset.Schedule` of a training step under this strategy (computed
         once): its peak in bytes and the overhead the executor really pays,
         ``schedule.recompute_cost``."""
         return schedule(self)
 
-    def masks(self):
+    def masks(self) -> list[BoolArray]:
         """Return the bool masks (shape (n,), node ids of ``graph.labels``) of L_1, ..., L_k."""
         return [m.copy() for m in self._masks]
 
-    def segment_of_nodes(self):
+    def segment_of_nodes(self) -> IntArray:
         """Return the 0-based segment of each node (int64, shape (n,), node ids of
         ``graph.labels``): ``i`` for the nodes of V_{i+1}."""
         return self._seg.copy()
 
-    def __len__(self):
+    def __len__(self) -> int:
         return int(self._seg.max()) + 1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"CanonicalStrategy(k={len(self)}, overhead={self.overhead}, "
                 f"peak_memory={self.peak_memory}, method={self.method!r}, mode={self.mode!r})")
 
     # -- JSON ------------------------------------------------------------------------------------
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (format "lowerset.strategy", version 1).
 
         It holds the graph (nodes, edges, costs, memory) and the lower sets, so a file can be
@@ -279,7 +298,7 @@ class CanonicalStrategy:
         }
 
     @classmethod
-    def from_dict(cls, data, graph=None):
+    def from_dict(cls, data: Any, graph: Graph | None = None) -> CanonicalStrategy:
         """Inverse of :meth:`to_dict`.
 
         Parameters
