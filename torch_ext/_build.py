@@ -35,7 +35,7 @@ def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate):
         facts_nodes.append(dataclasses.replace(nf, pinned=op.pin is not None))
         attrs[op.node] = _attrs(op, hidden, absorbed.get(op.node, []))
     if absorbed.get(None):
-        attrs[n - 1]["absorbed_after"] = absorbed[None]
+        attrs[n - 1].update(_absorbed_attrs("absorbed_after", absorbed[None]))
     attrs[0]["step"] = modes
     facts = lowerset.ExecutionFacts(
         nodes=tuple(facts_nodes), forward_order=tuple(range(n)),
@@ -70,12 +70,12 @@ def _gradient_targets(facts):
 
 
 def _absorbed_before(ops):
-    """Node id -> the names of the absorbed operations dispatched just before it (None: after
-    the last node)."""
+    """Node id -> the absorbed operations dispatched just before it (None: after the last
+    node)."""
     out, run = {}, []
     for op in ops:
         if op.node is None:
-            run.append(op.name)
+            run.append(op)
         else:
             if run:
                 out[op.node] = run
@@ -183,9 +183,24 @@ def _held(op, k, n):
     return n - 1
 
 
+def _absorbed_attrs(key, ops):
+    """``{key: names}`` of absorbed operations, with ``{key}_where`` where the trace recorded
+    where they came from (``trace(..., debug=True)``)."""
+    a = {key: [op.name for op in ops]}
+    if any(op.where is not None for op in ops):
+        a[f"{key}_where"] = [_where(op) for op in ops]
+    return a
+
+
+def _where(op):
+    return None if op.where is None else list(op.where)
+
+
 def _attrs(op, hidden, absorbed):
-    a = {"op": op.name, "inputs": op.inputs, "outputs": op.outputs, "flops": int(op.flops),
-         "absorbed": absorbed}
+    a = {"op": op.name, "inputs": op.inputs, "outputs": op.outputs, "flops": int(op.flops)}
+    a.update(_absorbed_attrs("absorbed", absorbed))
+    if op.where is not None:
+        a["where"] = list(op.where)
     if op.random:
         a["random"] = True
     if op.mutates:

@@ -7,14 +7,20 @@ A trace keeps the modes in ``graph.attrs[0]["step"]`` (so a graph saved as JSON 
 model's modules whose flag differs from the model's), ``autocast`` (the autocast dtype of the
 step's device type when :func:`torch_ext.trace` was called under ``torch.autocast``, else
 None) and ``device``.
+
+:func:`user_frame` names where in the user's code an operation was dispatched: for each traced
+operation with ``trace(..., debug=True)``, and for the differing operation of a mismatch.
 """
+
+import os
+import sys
 
 import torch
 
 from ._compat import ddp_rebuilt_buckets
 from .exceptions import TraceError
 
-__all__ = ["step_modes", "likely_cause", "autocast_state", "check_wrapper"]
+__all__ = ["step_modes", "likely_cause", "autocast_state", "check_wrapper", "user_frame"]
 
 #: What a user does about DDP's first steps.
 _DDP_ADVICE = ("run two steps before tracing (DistributedDataParallel's first step skips the "
@@ -23,6 +29,23 @@ _DDP_ADVICE = ("run two steps before tracing (DistributedDataParallel's first st
 
 #: Floating dtypes autocast casts to.
 _LOW = (torch.float16, torch.bfloat16)
+
+#: The directories whose frames are not the user's code: PyTorch's and torch_ext's.
+_INTERNAL = tuple(os.path.dirname(os.path.abspath(m)) + os.sep for m in (torch.__file__,
+                                                                          __file__))
+
+
+def user_frame():
+    """Where the user's code dispatched the operation under way: ``(file, line, function)``
+    of the innermost frame of the calling stack outside torch and torch_ext, or None where
+    every frame is theirs. Walks the frames (``sys._getframe``), reading no source file."""
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if not code.co_filename.startswith(_INTERNAL):
+            return (code.co_filename, f.f_lineno, code.co_name)
+        f = f.f_back
+    return None
 
 
 def step_modes(model, device):

@@ -34,8 +34,10 @@ class TracedGraph(lowerset.Graph):
     arrays the call writes: BatchNorm's running statistics), ``hidden`` (the number of
     arguments, last in the facts, that the call does not receive: first the in-place writes
     into its arguments' memory made since those arguments, whose values it reads, then values
-    its backward reads)
-    and ``pinned`` (why the node is never recomputed). Node 0's ``step`` holds the modes the
+    its backward reads), ``pinned`` (why the node is never recomputed), and with
+    ``trace(..., debug=True)`` ``where`` (``[file, line, function]`` of the user's code that
+    dispatched the call) and ``absorbed_where`` (the same per absorbed operation, or None;
+    ``absorbed_after_where`` beside ``absorbed_after``). Node 0's ``step`` holds the modes the
     step ran in (train or eval, autocast, device; :mod:`torch_ext._diagnose`), which the
     executor compares where a later step differs.
 

@@ -5,8 +5,8 @@ import torch
 
 from . import _ops
 from ._compat import op_schema
-from ._diagnose import autocast_state, likely_cause
-from .exceptions import InternalError, StrategyMismatchError
+from ._diagnose import autocast_state, likely_cause, user_frame
+from .exceptions import CONTEXT, InternalError, OpRecord, StrategyMismatchError
 
 __all__ = ["ForwardCheck", "Call"]
 
@@ -46,15 +46,22 @@ class ForwardCheck:
         self.autocast_now = None
         self.attrs = [graph.attrs[v] for v in range(n)]
         self.facts = graph.facts.nodes
-        self.sequence = []
+        self.sequence, self._where = [], []   # (name, node or None); (file, line, function)
         for v, a in enumerate(self.attrs):
-            self.sequence += [(name, None) for name in a["absorbed"]]
+            self._add_absorbed(a, "absorbed")
             self.sequence.append((a["op"], v))
-            self.sequence += [(name, None) for name in a.get("absorbed_after", ())]
+            self._where.append(_frame(a.get("where")))
+            self._add_absorbed(a, "absorbed_after")
         self._in_sig = [tuple(_expected(x, self.attrs) for x in a["inputs"]) for a in self.attrs]
         self._out_sig = [tuple((tuple(s), d, dev) for s, d, dev in a["outputs"])
                          for a in self.attrs]
         self.reset()
+
+    def _add_absorbed(self, a, key):
+        names = a.get(key, ())
+        where = a.get(f"{key}_where") or [None] * len(names)
+        self.sequence += [(name, None) for name in names]
+        self._where += [_frame(w) for w in where]
 
     def reset(self):
         self.position = 0
@@ -95,12 +102,12 @@ class ForwardCheck:
         i = self.position
         tensors = _tensors(args, kwargs)
         if i >= len(self.sequence):
-            raise StrategyMismatchError(
+            raise self._mismatch(
                 f"operation {i} ({func}) is beyond the {len(self.sequence)} operations of the "
                 "traced step: the forward pass changed (re-trace and re-plan), or an operation "
                 "the trace did not see runs between the forward and the backward pass (compute "
                 "metrics after backward(), or under torch.no_grad() outside the block)",
-                position=self.nodes_seen)
+                i, func, None, tensors)
         name, v = self.sequence[i]
         if str(func) != name or (v is not None and not self._inputs_match(v, tensors, value_of)):
             got = f"{func}({', '.join(_fmt(t, value_of) for t in tensors)})"
@@ -108,15 +115,14 @@ class ForwardCheck:
             expected = None if v is None else self._in_sig[v]
             cause = likely_cause(self.modes, self.model, self.autocast_now, func, kwargs,
                                  tensors, expected, name)
-            raise StrategyMismatchError(
+            raise self._mismatch(
                 f"operation {i} of the forward pass is {got}, but the traced step has {want} "
                 f"there (node {v if v is not None else self.nodes_seen}): "
-                f"{cause or _GENERIC}", position=self.nodes_seen)
+                f"{cause or _GENERIC}", i, func, None, tensors)
         if v is None and any(value_of.get(t) is not None for t in tensors):
-            raise StrategyMismatchError(
+            raise self._mismatch(
                 f"operation {i} ({func}) reads a value of the graph where the traced step "
-                "read only parameters and inputs; re-trace and re-plan",
-                position=self.nodes_seen)
+                "read only parameters and inputs; re-trace and re-plan", i, func, None, tensors)
         self.position += 1
         return Call(v, tensors, self.attrs[v] if v is not None else None)
 
@@ -140,17 +146,61 @@ class ForwardCheck:
         if got != self._out_sig[v]:
             cause = likely_cause(self.modes, self.model, self.autocast_now, None, {}, [], None,
                                  "")
-            raise StrategyMismatchError(
+            raise self._mismatch(
                 f"node {v} ({self.name(v)}) returned {list(got)}, but the traced step has "
-                f"{list(self._out_sig[v])}: {cause or _GENERIC}", position=v)
+                f"{list(self._out_sig[v])}: {cause or _GENERIC}", self.position - 1,
+                self.sequence[self.position - 1][0], v, tensors, got)
         self.nodes_seen = v + 1
         return _ops.output_bytes(outs, tensors)
+
+    # -- the operations around a mismatch (built only when one is raised) ----------------------
+
+    def _mismatch(self, message, i, func, v, tensors, outputs=None):
+        """The StrategyMismatchError of operation `i` (`func` on `tensors`, matched to node
+        `v` where not None, returning `outputs` where it ran): the traced operations up to
+        it, and this step's differing one (the executor adds those before it)."""
+        position = self.nodes_seen if v is None else v
+        actual = OpRecord(i, str(func), v, _ops.signature(tensors), outputs, user_frame())
+        return StrategyMismatchError(message, position, operation=i,
+                                     traced=self.traced_records(i), actual=(actual,))
+
+    def traced_records(self, i):
+        """The traced step's operations ``i - CONTEXT`` to `i` (those it has), as OpRecords."""
+        return tuple(self._traced(j) for j in range(max(0, i - CONTEXT),
+                                                     min(i + 1, len(self.sequence))))
+
+    def _traced(self, j):
+        name, v = self.sequence[j]
+        if v is None:
+            return OpRecord(j, name, None, None, None, self._where[j])
+        return OpRecord(j, name, v, self._node_inputs(v), self._out_sig[v], self._where[j])
+
+    def _node_inputs(self, v):
+        """``(shape, dtype, device)`` of each tensor argument of node `v` as traced."""
+        return tuple(self._out_sig[x[1][0]][x[1][1]] if x[0] == "node" else x[1]
+                     for x in self._in_sig[v])
+
+    def actual_record(self, i, func, v, measured):
+        """Operation `i` of this step as an OpRecord, from what the executor kept of it (see
+        :meth:`torch_ext.RecomputeContext._dispatch`): `func` matched node `v`, whose checked
+        arguments and outputs are the traced ones; where `v` is None (not a node, not
+        compared), `measured` holds ``(shape, dtype, device)`` of its tensor arguments."""
+        if v is not None:
+            return OpRecord(i, str(func), v, self._node_inputs(v), self._out_sig[v], None)
+        inputs = tuple((tuple(s), str(d).replace("torch.", ""), str(dev))
+                       for s, d, dev in measured)
+        return OpRecord(i, str(func), None, inputs, None, None)
 
 
 #: The causes a mismatch may have when none shows in particular.
 _GENERIC = ("a data-dependent branch took another way, or the model, its train/eval mode "
             "(pass model= to have it checked), autocast, the batch shape, dtype or device "
             "differs from the traced one; re-trace and re-plan")
+
+
+def _frame(where):
+    """A recorded ``[file, line, function]`` (JSON) as a tuple, or None."""
+    return None if where is None else tuple(where)
 
 
 def _tensors(args, kwargs):

@@ -7,6 +7,8 @@ that ``except ValueError`` and the like keep catching them. A bad argument raise
 TypeError).
 """
 
+from typing import NamedTuple, Optional
+
 import lowerset.exceptions
 from lowerset.exceptions import LowersetError, StrategyError
 
@@ -24,18 +26,117 @@ class TraceError(TorchExtError, ValueError):
     scalar with a gradient, an autograd construct the trace does not model)."""
 
 
+class OpRecord(NamedTuple):
+    """One forward operation as a :class:`StrategyMismatchError` shows it: of the traced step
+    (``error.traced``) or of the step being run (``error.actual``).
+
+    Attributes
+    ----------
+    index : int
+        Position in the forward pass's dispatch order, counting the operations that are not
+        nodes of the graph (the "operation i" of the error's message).
+    op : str
+        The ATen overload, e.g. ``"aten.addmm.default"``.
+    node : int or None
+        The graph node the operation is (in this step: the node it matched); None for an
+        operation on parameters and inputs only, which is not a node, and for this step's
+        operation where it matched none.
+    inputs : tuple of (tuple of int, str, str), or None
+        ``(shape, dtype, device)`` of each tensor argument, shapes in elements; None where
+        not recorded (a traced operation that is not a node).
+    outputs : tuple of (tuple of int, str, str), or None
+        The same of each output tensor; None where not known (an operation that did not run).
+    where : tuple of (str, int, str), or None
+        ``(file, line, function)`` of the innermost frame outside torch and torch_ext that
+        dispatched it: for a traced operation, recorded by ``trace(..., debug=True)`` (else
+        None); for this step's differing operation, always.
+    """
+
+    index: int
+    op: str
+    node: Optional[int]
+    inputs: Optional[tuple]
+    outputs: Optional[tuple]
+    where: Optional[tuple]
+
+
 class StrategyMismatchError(TorchExtError, StrategyError):
     """The step does not match the graph the strategy was planned for.
+
+    Where the difference shows in the forward pass, the message lists the operations around
+    it in pairs, the traced step's above this step's: up to :data:`CONTEXT` operations before
+    the differing one, and the differing one (marked ``>``), each with the shapes and dtypes
+    of its tensor arguments and outputs and, where known, the file and line of the user's code
+    that dispatched it.
 
     Attributes
     ----------
     position : int or None
-        Index (in forward order) of the first operation that differs.
+        Index (in forward order) of the first node that differs.
+    operation : int or None
+        Index in the forward pass's dispatch order (operations that are not nodes counted) of
+        the first operation that differs; None where the difference is not in the forward
+        pass (the backward calls' order).
+    traced : tuple of OpRecord
+        The traced step's operations at ``operation - CONTEXT`` to `operation` (the last one
+        missing where the traced step has no more); empty where `operation` is None.
+    actual : tuple of OpRecord
+        This step's operations up to the same one (the last one missing where the backward
+        pass started in its place); a node's arguments and outputs there are the traced ones,
+        which the check found equal; empty where `operation` is None.
     """
 
-    def __init__(self, message, position=None):
+    def __init__(self, message, position=None, *, operation=None, traced=(), actual=()):
         self.position = position
+        self.operation = operation
+        self.traced, self.actual = tuple(traced), tuple(actual)
         super().__init__(message)
+
+    def __str__(self):
+        message = super().__str__()
+        if self.operation is None or not (self.traced or self.actual):
+            return message
+        return f"{message}\n{_side_by_side(self.operation, self.traced, self.actual)}"
+
+
+#: How many operations before the differing one a StrategyMismatchError shows.
+CONTEXT = 3
+
+
+def _side_by_side(operation, traced, actual):
+    """The rows of the operations around a mismatch: per index, the traced one, then this
+    step's."""
+    by_index = ({r.index: r for r in traced}, {r.index: r for r in actual})
+    first = min(r.index for r in traced + actual)
+    rows = ["forward operations (traced step, then this step; > the first difference):"]
+    for i in range(first, operation + 1):
+        mark = ">" if i == operation else " "
+        head = f"  {mark} {i:>4}  "
+        for label, records in zip(("traced", "this  "), by_index):
+            rows.append(f"{head}{label}  {_fmt_record(records.get(i), label)}")
+            head = " " * len(head)
+    return "\n".join(rows)
+
+
+def _fmt_record(r, label):
+    if r is None:
+        return ("(the traced forward pass has ended)" if label == "traced"
+                else "(the backward pass started)")
+    text = r.op
+    if r.inputs is not None:
+        text += f"({', '.join(map(_fmt_tensor, r.inputs))})"
+    if r.outputs is not None:
+        text += f" -> {', '.join(map(_fmt_tensor, r.outputs))}"
+    if r.where is not None:
+        text += f"  at {r.where[0]}:{r.where[1]} in {r.where[2]}"
+    return text
+
+
+def _fmt_tensor(sig):
+    """``float32[8, 16]``, with ``@device`` where it is not the CPU."""
+    shape, dtype, device = sig
+    text = f"{dtype}[{', '.join(map(str, shape))}]"
+    return text if device == "cpu" else f"{text}@{device}"
 
 
 class HookUsageError(TorchExtError, RuntimeError):

@@ -19,6 +19,7 @@ Every decision (what to keep, drop, recompute and free, and when) is the schedul
 (:func:`lowerset.schedule`); :class:`lowerset.EventCursor` walks it.
 """
 
+import collections
 import threading
 import weakref
 
@@ -33,7 +34,7 @@ from ._branches import Branches
 from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
 from ._replay import Call
-from .exceptions import HookUsageError, RecomputationError, StrategyMismatchError
+from .exceptions import CONTEXT, HookUsageError, RecomputationError, StrategyMismatchError
 
 __all__ = ["RecomputeContext"]
 
@@ -124,7 +125,10 @@ class RecomputeContext:
         data-dependent branch took another way, the model moved to another device), or
         autograd runs the backward calls in another order. The message names the likely
         cause where it shows: the model's train/eval mode (with `model`), autocast, another
-        dtype, device or shape of an input or a parameter.
+        dtype, device or shape of an input or a parameter; for a difference in the forward
+        pass, it lists the operations around it, the traced step's beside this step's
+        (``error.traced``, ``error.actual``), with the lines of the user's code they came
+        from where the trace recorded them (``trace(..., debug=True)``).
     RecomputationError
         With `check`, in the backward pass, if a recomputed value differs from the value its
         operation made in the forward pass (naming the node, its operation and the output).
@@ -206,6 +210,10 @@ class RecomputeContext:
         self._log = {"dropped": [], "recomputed": [], "freed": []}
         self._rec = []
         self._in_hook = False
+        self._ops_run = 0       # forward operations checked in this step
+        # (index, func, node, arguments' (shape, dtype, device) where not a node) of the last
+        # operations checked: this step's side of a StrategyMismatchError
+        self._recent = collections.deque(maxlen=CONTEXT + 1)
 
     def __enter__(self):
         if getattr(_ACTIVE, "context", None) is not None:
@@ -264,15 +272,20 @@ class RecomputeContext:
             return func(*args, **kwargs)
         try:
             call = self._branches.before(func, args, kwargs, self._value_of)
-            if call.node is None:   # an operation on external arrays only (absorbed)
+            v = call.node
+            self._recent.append((self._ops_run, func, v,
+                                 None if v is not None else _measure(call.tensors)))
+            self._ops_run += 1
+            if v is None:   # an operation on external arrays only (absorbed)
                 out = func(*args, **kwargs)
             else:
                 out = self._forward(call, func, args, kwargs)
-        except StrategyMismatchError:
+        except StrategyMismatchError as e:
             # the step is not the traced one: the operations that run while it unwinds (a
             # profiler's record_function exit) pass unchecked, so the first error is the one
             # the user sees
             self._phase = "mismatched"
+            self._add_recent(e)
             raise
         if self._branches.forward_ended():
             self._phase = "between"
@@ -388,12 +401,26 @@ class RecomputeContext:
         return post
 
     def _start_backward(self):
-        if not self._check.forward_done:
-            raise StrategyMismatchError(
-                f"the backward pass started after {self._check.nodes_seen} of the "
-                f"{self._check.n} operations of the strategy's graph: the forward pass changed "
-                "(re-trace and re-plan)", position=self._check.nodes_seen)
+        check = self._check
+        if not check.forward_done:
+            e = StrategyMismatchError(
+                f"the backward pass started after {check.nodes_seen} of the "
+                f"{check.n} operations of the strategy's graph: the forward pass changed "
+                "(re-trace and re-plan)", position=check.nodes_seen,
+                operation=check.position, traced=check.traced_records(check.position))
+            self._add_recent(e)
+            raise e
         self._phase = "backward"
+
+    def _add_recent(self, error):
+        """Put this step's operations before the one that differs in front of
+        ``error.actual``: those the ring buffer kept, seen by the branch that reports it."""
+        if error.operation is None:
+            return
+        check = self._check
+        before = [check.actual_record(*entry) for entry in self._recent
+                  if error.operation - CONTEXT <= entry[0] < error.operation]
+        error.actual = tuple(before) + error.actual
 
     def _finish_step(self):
         self._publish()
@@ -505,6 +532,12 @@ def _strategies(strategy, graph):
 
 def _weak(t):
     return weakref.ref(t)
+
+
+def _measure(tensors):
+    """``(shape, dtype, device)`` of each tensor, as PyTorch gives them (turned into strings
+    only for an error)."""
+    return tuple([(t.shape, t.dtype, t.device) for t in tensors])
 
 
 class _Dispatch(TorchDispatchMode):
