@@ -10,14 +10,23 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in the planner-only environment
     raise ImportError("torch_ext needs PyTorch: pip install 'lowerset[torch]'") from e
 
-from .exceptions import (TorchExtError, TraceError, StrategyMismatchError, HookUsageError,
-                         RecomputationError, MeasurementError, InternalError,
-                         MissingTorchAPIError, BatchScalingError, NoBatchFitsError)
-from .trace import trace, TracedGraph, COST_MODELS
+from .batch import BatchSizeResult, BatchTrial, extrapolate, max_batch_size
+from .exceptions import (
+    BatchScalingError,
+    HookUsageError,
+    InternalError,
+    MeasurementError,
+    MissingTorchAPIError,
+    NoBatchFitsError,
+    RecomputationError,
+    StrategyMismatchError,
+    TorchExtError,
+    TraceError,
+)
 from .executor import RecomputeContext
-from .verify import verify, VerifyReport, VerificationError
-from .memory import peak_memory, MemoryReport
-from .batch import max_batch_size, extrapolate, BatchSizeResult, BatchTrial
+from .memory import MemoryReport, peak_memory
+from .trace import COST_MODELS, TracedGraph, trace
+from .verify import VerificationError, VerifyReport, verify
 
 __all__ = ["trace", "TracedGraph", "COST_MODELS", "RecomputeContext", "TorchExtError",
            "TraceError", "StrategyMismatchError", "HookUsageError", "RecomputationError",

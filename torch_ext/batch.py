@@ -42,7 +42,7 @@ import gc
 import torch
 
 from lowerset import batching
-from lowerset.batching import BatchSizeResult, BatchTrial, PLANNERS  # noqa: F401
+from lowerset.batching import PLANNERS, BatchSizeResult, BatchTrial  # noqa: F401
 
 from . import _build
 from ._autograd import reachable_nodes

@@ -29,11 +29,10 @@ import lowerset
 from lowerset.exceptions import ArgumentTypeError
 
 from . import _ops
-from ._compat import TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node
 from ._branches import Branches
+from ._compat import TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node
 from ._fingerprint import describe_difference, fingerprint
 from ._guards import check_not_compiled
-from ._replay import Call
 from .exceptions import CONTEXT, HookUsageError, RecomputationError, StrategyMismatchError
 
 __all__ = ["RecomputeContext"]
@@ -174,10 +173,13 @@ class RecomputeContext:
 
     @property
     def strategy(self):
+        """The CanonicalStrategy this context runs: the branch of the step (the first open
+        branch until the step shows which)."""
         return self._branches.active.strategy
 
     @property
     def schedule(self):
+        """The Schedule of :attr:`strategy`."""
         return self._branches.active.schedule
 
     @property

@@ -25,8 +25,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._compat import (event_device_type, event_end_ns, event_name, event_nbytes,
-                      event_start_ns, profile_events, profiler_enabled)
+from ._compat import (
+    event_device_type,
+    event_end_ns,
+    event_name,
+    event_nbytes,
+    event_start_ns,
+    profile_events,
+    profiler_enabled,
+)
 from .exceptions import MeasurementError
 
 __all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"]

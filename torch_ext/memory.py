@@ -59,6 +59,7 @@ class MemoryReport:
 
     @property
     def peak_without_grads(self):
+        """The peak less the parameter gradients the step made (bytes)."""
         return self.peak - self.new_grad_bytes
 
     def summary(self):

@@ -32,13 +32,19 @@ import torch
 from lowerset.exceptions import ArgumentError
 
 from . import _ops
-from ._guards import check_not_compiled, step_device
 from ._autograd import node_tag, reachable_nodes
 from ._build import build as _build
-from ._compat import (TorchDispatchMode, WeakIdKeyDictionary, current_autograd_node,
-                      flop_registry, is_view, op_packet)
+from ._compat import (
+    TorchDispatchMode,
+    WeakIdKeyDictionary,
+    current_autograd_node,
+    flop_registry,
+    is_view,
+    op_packet,
+)
 from ._diagnose import check_wrapper, step_modes, user_frame
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
+from ._guards import check_not_compiled, step_device
 from .exceptions import TraceError
 from .measure import MemoryMeter
 

@@ -14,7 +14,6 @@ import torch.nn.functional as F  # noqa: E402
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 from torch_ext.measure import MemoryMeter  # noqa: E402
-
 from torch_nets import first_difference  # noqa: E402
 
 # PyTorch's CPU allocator events repeat to the byte between two runs of one step; a few

@@ -11,7 +11,6 @@ import torch.nn as nn  # noqa: E402
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 from torch_ext.measure import MemoryMeter  # noqa: E402
-
 from torch_nets import first_difference  # noqa: E402
 
 SLACK = 64

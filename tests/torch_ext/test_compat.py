@@ -8,7 +8,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch_ext  # noqa: E402
 from torch_ext import MissingTorchAPIError, TorchExtError  # noqa: E402
 
 _compat = sys.modules["torch_ext._compat"]

@@ -10,12 +10,14 @@ import torch.nn.functional as F  # noqa: E402
 
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
-from torch_ext import HookUsageError, RecomputeContext, StrategyMismatchError  # noqa: E402
+from torch_ext import (  # noqa: E402
+    HookUsageError,
+    RecomputeContext,
+    StrategyMismatchError,
+    _replay,  # noqa: E402
+)
 from torch_ext import executor as executor_module  # noqa: E402
-from torch_ext import _replay  # noqa: E402
-
-from torch_nets import (NETS, cut_plan, first_difference, make, plan_recomputing, plans,  # noqa
-                        save, step)
+from torch_nets import NETS, cut_plan, first_difference, make, plan_recomputing, plans, save, step  # noqa
 
 #: How far the measured peak may be from the schedule's (bytes): the profiler sees every CPU
 #: allocation the step makes, and the schedule counts them all, so the two agree to the byte on

@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 from lowerset import scheduling  # noqa: E402
-
 from torch_nets import cut_plan  # noqa: E402
 
 _trace_module = sys.modules["torch_ext.trace"]

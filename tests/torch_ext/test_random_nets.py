@@ -12,7 +12,6 @@ from hypothesis import strategies as st  # noqa: E402
 
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
-
 from strategies import default_plan  # noqa: E402
 from torch_nets import cut_plan, first_difference, save, step  # noqa: E402
 

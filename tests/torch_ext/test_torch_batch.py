@@ -12,8 +12,14 @@ import torch.nn.functional as F  # noqa: E402
 
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
-from torch_ext import (BatchScalingError, NoBatchFitsError, RecomputeContext,  # noqa: E402
-                       extrapolate, max_batch_size, trace)
+from torch_ext import (  # noqa: E402
+    BatchScalingError,
+    NoBatchFitsError,
+    RecomputeContext,
+    extrapolate,
+    max_batch_size,
+    trace,
+)
 from torch_ext import batch as batch_mod  # noqa: E402
 from torch_ext.measure import MemoryMeter  # noqa: E402
 from torch_ext.trace import TARGET_TOTAL_COST  # noqa: E402
@@ -187,7 +193,7 @@ class TestMaxBatchSizeCPU:
             max_batch_size(loss_fn, "lots", None, traced=traced)
 
 
-# -- the CUDA cap, without a GPU -------------------------------------------------------------------
+# -- the CUDA cap, without a GPU ------------------------------------------------------------------
 
 
 class FakeOOM(Exception):

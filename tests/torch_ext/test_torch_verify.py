@@ -11,8 +11,11 @@ import torch.nn.functional as F  # noqa: E402
 
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
-from torch_ext import VerificationError, verify  # noqa: E402
-from torch_ext import _replay  # noqa: E402
+from torch_ext import (  # noqa: E402
+    VerificationError,
+    _replay,  # noqa: E402
+    verify,
+)
 
 verify_mod = importlib.import_module("torch_ext.verify")  # torch_ext.verify is the function
 
