@@ -17,7 +17,7 @@ import statistics
 import time
 import tracemalloc
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 import chainer
@@ -71,8 +71,8 @@ class TracedGraph(lowerset.Graph):
     time_unit: float | None
 
     def __init__(self, nodes: Sequence[int], edges: Sequence[tuple[int, int]],
-                 cost: Mapping[int, int], memory: Mapping[int, int],
-                 attrs: Mapping[int, Mapping[str, Any]], *, facts: lowerset.ExecutionFacts,
+                 cost: Mapping[Hashable, int], memory: Mapping[Hashable, int],
+                 attrs: Mapping[Hashable, Mapping[str, Any]], *, facts: lowerset.ExecutionFacts,
                  outputs: Sequence[int], cost_model: str, time_unit: float | None) -> None:
         super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
         self.outputs = tuple(outputs)
