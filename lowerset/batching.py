@@ -28,8 +28,12 @@ References
    an 11.4 GB GPU).
 """
 
+from __future__ import annotations
+
 import warnings
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from . import baselines
 from .exceptions import (
@@ -43,6 +47,7 @@ from .execution import ExecutionFacts
 from .graph import Graph
 from .planner import pareto, solve
 from .scheduling import schedule
+from .strategy import CanonicalStrategy
 from .units import parse_size
 
 __all__ = ["PLANNERS", "BatchTrial", "BatchSizeResult", "Affine", "FrontEnd", "extrapolate",
@@ -55,6 +60,10 @@ PLANNERS = (None, "chen", "lowerset")
 # relative difference allowed between the extrapolated and the traced plain-step peak at a
 # third traced batch size (the measured workspace of a function varies a little)
 _CHECK_RTOL = 0.05
+
+#: A planner as ``max_batch_size`` takes it: a name of :data:`PLANNERS`, or a callable
+#: ``planner(graph, memory_limit)`` returning a strategy.
+Planner: TypeAlias = "str | Callable[[Graph, int], CanonicalStrategy] | None"
 
 # NodeFacts fields that hold bytes (the others must not change with the batch size)
 _NODE_SIZES = ("outputs", "state", "forward_peak", "backward_peak", "grad_sizes")
@@ -88,10 +97,10 @@ class BatchTrial:
     batch_size: int
     plan: str
     predicted_peak: int
-    measured_peak: object
+    measured_peak: int | None
     fits: bool
-    error: object = None
-    held_peak: object = None
+    error: str | None = None
+    held_peak: int | None = None
 
 
 @dataclass
@@ -134,21 +143,21 @@ class BatchSizeResult:
     """
 
     batch_size: int
-    strategy: object
+    strategy: CanonicalStrategy | None
     measured_peak: int
     predicted_peak: int
     memory_limit: int
     planner: str
     device: str
     predicted_batch_size: int
-    next_trial: object
+    next_trial: BatchTrial | None
     confirmed: bool
-    graph: object
-    traced: dict
-    predictions: dict = field(default_factory=dict)
-    trials: list = field(default_factory=list)
+    graph: Graph
+    traced: dict[int, Graph]
+    predictions: dict[int, int] = field(default_factory=dict)
+    trials: list[BatchTrial] = field(default_factory=list)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"BatchSizeResult(batch_size={self.batch_size}, planner={self.planner!r}, "
                 f"measured_peak={self.measured_peak}, predicted_peak={self.predicted_peak}, "
                 f"memory_limit={self.memory_limit}, device={self.device!r})")
@@ -176,7 +185,8 @@ class Affine:
     (35, 22, [7, 3])
     """
 
-    def __init__(self, batches, batch_size, error=BatchScalingError):
+    def __init__(self, batches: Iterable[int], batch_size: int,
+                 error: type[BatchScalingError] = BatchScalingError) -> None:
         self.b1, self.b2 = (int(b) for b in batches)
         self.b = int(batch_size)
         self.error = error
@@ -184,7 +194,7 @@ class Affine:
     def _num(self, v1, v2):
         return (v2 - v1) * (self.b - self.b1)
 
-    def exact(self, v1, v2, what):
+    def exact(self, v1: int, v2: int, what: str) -> int:
         """The value at the batch size: a non-negative integer, or `error` naming `what`."""
         num, den = self._num(v1, v2), self.b2 - self.b1
         if num % den:
@@ -199,7 +209,7 @@ class Affine:
                              "the batch")
         return int(out)
 
-    def rounded(self, v1, v2, what):
+    def rounded(self, v1: int, v2: int, what: str) -> int:
         """The value at the batch size, rounded to an integer, 0 where it would be negative (a
         measured size: workspace that shrank between two small batches). `what` is unused (the
         same signature as :meth:`exact`)."""
@@ -208,7 +218,7 @@ class Affine:
             return max(0, int(round(v1 + num / den)))
         return max(0, int(v1 + num // den))
 
-    def shape(self, s1, s2, what):
+    def shape(self, s1: Sequence[int], s2: Sequence[int], what: str) -> list[int]:
         """An array shape at the batch size (each dimension :meth:`exact`)."""
         if len(s1) != len(s2):
             raise self.error(f"{what}: shapes {s1} and {s2} differ in rank between batch sizes "
@@ -232,10 +242,11 @@ class FrontEnd:
         Raised by :func:`search` (a subclass of :class:`NoBatchFitsError`).
     """
 
-    scaling_error = BatchScalingError
-    no_fit_error = NoBatchFitsError
+    scaling_error: type[BatchScalingError] = BatchScalingError
+    no_fit_error: type[NoBatchFitsError] = NoBatchFitsError
 
-    def scale_attrs(self, v, a1, a2, at):
+    def scale_attrs(self, v: Hashable, a1: Mapping[str, Any], a2: Mapping[str, Any],
+                    at: Affine) -> dict[str, Any]:
         """The attributes of node `v` at ``at.b``, from `a1` and `a2` at the two traced batch
         sizes (`at`: :class:`Affine`); raise ``at.error`` when they do not scale."""
         if a1 != a2:
@@ -243,7 +254,10 @@ class FrontEnd:
                            f"batch {at.b2}; only sizes may change with the batch size")
         return dict(a1)
 
-    def build(self, like, *, labels, edges, cost, memory, attrs, facts):
+    def build(self, like: Graph, *, labels: Sequence[Hashable],
+              edges: Iterable[tuple[Hashable, Hashable]], cost: Mapping[Hashable, int],
+              memory: Mapping[Hashable, int], attrs: Mapping[Hashable, Mapping[str, Any]],
+              facts: ExecutionFacts) -> Graph:
         """The graph at the new batch size (`like`: the graph traced at the smaller one)."""
         return Graph(labels, edges, cost, memory, attrs=attrs, facts=facts)
 
@@ -251,7 +265,8 @@ class FrontEnd:
 _PLAIN = FrontEnd()
 
 
-def extrapolate(graphs, batch_size, front=None):
+def extrapolate(graphs: Mapping[int, Graph], batch_size: int,
+                front: FrontEnd | None = None) -> Graph:
     """Return the traced graph of a training step at another batch size, from two traces.
 
     Parameters
@@ -349,7 +364,7 @@ def _scale_node(v, n1, n2, at):
     return d
 
 
-def check_extrapolation(graphs, front=None):
+def check_extrapolation(graphs: Mapping[int, Graph], front: FrontEnd | None = None) -> None:
     """Compare the extrapolation from the two smallest traced batch sizes with each other
     traced graph.
 
@@ -386,7 +401,7 @@ def check_extrapolation(graphs, front=None):
 # -- planners ------------------------------------------------------------------------------------
 
 
-def planner_name(planner):
+def planner_name(planner: Planner) -> str:
     """"plain" for None, the string itself, or a callable's ``__name__``."""
     if planner is None:
         return "plain"
@@ -395,7 +410,8 @@ def planner_name(planner):
     return getattr(planner, "__name__", type(planner).__name__)
 
 
-def least_peak(graph, memory_limit, planner="lowerset", method="auto"):
+def least_peak(graph: Graph, memory_limit: int, planner: Planner = "lowerset",
+               method: str = "auto") -> int | None:
     """Return the least whole-step peak (bytes) a planner's plans reach on `graph`, or None.
 
     Plain step (`planner` None): its schedule's peak; "chen": Chen's plan's; "lowerset": the
@@ -414,13 +430,14 @@ def least_peak(graph, memory_limit, planner="lowerset", method="auto"):
         return baselines.chen_sqrtn(graph).schedule.peak
     if planner == "lowerset":
         return pareto(graph, method)[-1].schedule.peak
-    try:
-        return planner(graph, memory_limit).schedule.peak
+    try:  # an unknown name fails here (check_arguments refuses it first)
+        return planner(graph, memory_limit).schedule.peak  # type: ignore[operator]
     except InfeasibleBudgetError:
         return None
 
 
-def predict(graph, memory_limit, planner="lowerset", method="auto"):
+def predict(graph: Graph, memory_limit: int, planner: Planner = "lowerset", method: str = "auto",
+            ) -> tuple[list[tuple[str, CanonicalStrategy | None, int]], int | None]:
     """Plan one batch size: the plans to try, best first, and the least predicted peak.
 
     Parameters
@@ -447,6 +464,7 @@ def predict(graph, memory_limit, planner="lowerset", method="auto"):
     least_peak : int or None
         The least predicted whole-step peak among them (None if there is no plan).
     """
+    plans: list[tuple[str, CanonicalStrategy | None, int]]
     if planner is None:
         plans = [("plain", None, schedule(graph).peak)]
     elif planner == "chen":
@@ -460,11 +478,11 @@ def predict(graph, memory_limit, planner="lowerset", method="auto"):
         if low.schedule.peak <= memory_limit:
             s = solve(graph, budget=memory_limit, method=method)
             plans.append(("lowerset", s, s.schedule.peak))
-        if not plans or plans[0][1].lower_sets != low.lower_sets:
+        if not plans or plans[0][1] is None or plans[0][1].lower_sets != low.lower_sets:
             plans.append(("lowerset (least peak)", low, low.schedule.peak))
     else:
-        try:
-            s = planner(graph, memory_limit)
+        try:  # an unknown name fails here (check_arguments refuses it first)
+            s = planner(graph, memory_limit)  # type: ignore[operator]
         except InfeasibleBudgetError:
             return [], None
         plans = [(planner_name(planner), s, s.schedule.peak)]
@@ -474,7 +492,8 @@ def predict(graph, memory_limit, planner="lowerset", method="auto"):
 # -- the search ----------------------------------------------------------------------------------
 
 
-def check_arguments(memory_limit, planner, trace_batches):
+def check_arguments(memory_limit: int | float | str, planner: Planner,
+                    trace_batches: Iterable[int]) -> tuple[int, list[int]]:
     """Validate the arguments a front end's ``max_batch_size`` shares.
 
     Returns
@@ -511,7 +530,9 @@ def check_arguments(memory_limit, planner, trace_batches):
     return limit, batches
 
 
-def traced_graphs(trace_at, batches, traced=None, front=None):
+def traced_graphs(trace_at: Callable[[int], Graph], batches: Iterable[int],
+                  traced: Mapping[int, Graph] | None = None,
+                  front: FrontEnd | None = None) -> dict[int, Graph]:
     """Trace the step at each batch size not in `traced` and check the extrapolation.
 
     Parameters
@@ -613,8 +634,11 @@ def _predicted_batch(pred, max_batch, name):
     return lo
 
 
-def search(traced, limit, run, planner="lowerset", method="auto", *, front=None,
-           max_batch=1 << 16, max_steps=None, device="cpu"):
+def search(traced: dict[int, Graph], limit: int,
+           run: Callable[[int, CanonicalStrategy | None, Graph], tuple[Any, ...]],
+           planner: Planner = "lowerset", method: str = "auto", *, front: FrontEnd | None = None,
+           max_batch: int = 1 << 16, max_steps: int | None = None,
+           device: str = "cpu") -> BatchSizeResult:
     """Return the largest batch whose training step fits `limit` bytes: predicted on the
     extrapolated graphs, confirmed with real steps (see the module docstring).
 

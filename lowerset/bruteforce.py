@@ -16,9 +16,21 @@ like the number of ordered set partitions of V. The tests check it against
 graphs; the DPs are then checked against it.
 """
 
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 from .exceptions import ArgumentError
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+#: A lower set of node labels.
+Nodes = frozenset[Hashable]
+#: A sequence with its figures: ``(overhead, peak, (L_1, ..., L_k))`` (cost units, bytes).
+Scored = tuple[int, int, tuple[Nodes, ...]]
 
 __all__ = [
     "MAX_NODES",
@@ -41,8 +53,8 @@ MAX_SUBSET_NODES = 16
 def _plain(G):
     """Return (labels, preds, succs, cost, memory) of `G` as Python dicts of sets."""
     labels = list(G.labels)
-    preds = {v: set() for v in labels}
-    succs = {v: set() for v in labels}
+    preds: dict[Hashable, set[Hashable]] = {v: set() for v in labels}
+    succs: dict[Hashable, set[Hashable]] = {v: set() for v in labels}
     for v, w in G.edges:
         preds[w].add(v)
         succs[v].add(w)
@@ -51,7 +63,7 @@ def _plain(G):
     return labels, preds, succs, cost, memory
 
 
-def subset_lower_sets(G, max_nodes=MAX_SUBSET_NODES):
+def subset_lower_sets(G: Graph, max_nodes: int = MAX_SUBSET_NODES) -> list[Nodes]:
     """Return every lower set of `G` by testing all 2^#V subsets (Sec. 2).
 
     A subset L is kept when no edge (v, w) has v ∉ L and w ∈ L.
@@ -124,7 +136,7 @@ class _Model:
         return self.M(dp - L) + self.M(self.delta_minus(dp) - L)
 
 
-def sequence_cost(G, lower_sets):
+def sequence_cost(G: Graph, lower_sets: Sequence[Iterable[Hashable]]) -> tuple[int, int]:
     """Return (overhead, peak) of the canonical strategy of a sequence, from eq. (1) and (2).
 
     Written from the definitions with Python sets; the tests check that it agrees with
@@ -154,7 +166,8 @@ def sequence_cost(G, lower_sets):
     (3, 50)
     """
     model = _Model(G)
-    prev, U = frozenset(), frozenset()
+    prev: Nodes = frozenset()
+    U: Nodes = frozenset()
     overhead, peak = 0, 0
     for L in lower_sets:
         L = frozenset(L)
@@ -167,7 +180,8 @@ def sequence_cost(G, lower_sets):
     return overhead, peak
 
 
-def all_sequences(G, family=None, max_nodes=MAX_NODES):
+def all_sequences(G: Graph, family: Iterable[Iterable[Hashable]] | None = None,
+                  max_nodes: int = MAX_NODES) -> list[Scored]:
     """Return every strictly increasing lower-set sequence ending with V, with its costs
     (Sec. 4.1).
 
@@ -221,9 +235,9 @@ def all_sequences(G, family=None, max_nodes=MAX_NODES):
         bad = [L for L in fam if L not in lowers]
         if bad:
             raise ArgumentError(f"{sorted(bad[0], key=repr)} is not a lower set of the graph")
-    fam = sorted(fam - {frozenset()}, key=len)
+    ordered = sorted(fam - {frozenset()}, key=len)
     # per lower set: T(L), M(L), ∂(L), and the last two terms of eq. (2)
-    stats = {L: (model.T(L), model.M(L), model.boundary(L), model.extra(L)) for L in fam}
+    stats = {L: (model.T(L), model.M(L), model.boundary(L), model.extra(L)) for L in ordered}
     V = model.V
     out = []
 
@@ -234,7 +248,7 @@ def all_sequences(G, family=None, max_nodes=MAX_NODES):
             out.append((t, peak, seq))
             return
         tL, mL = (stats[L][0], stats[L][1]) if L else (0, 0)
-        for L2 in fam:
+        for L2 in ordered:
             if len(L2) <= len(L) or not L < L2:
                 continue
             t2, m2, bnd2, extra2 = stats[L2]
@@ -252,7 +266,8 @@ def _sequences(G, sequences, family):
     return all_sequences(G, family=family) if sequences is None else sequences
 
 
-def brute_min_budget(G, family=None, sequences=None):
+def brute_min_budget(G: Graph, family: Iterable[Iterable[Hashable]] | None = None,
+                     sequences: list[Scored] | None = None) -> int:
     """Return the least peak memory (bytes) of any canonical strategy (Sec. 4.1, 4.4).
 
     Parameters
@@ -285,7 +300,8 @@ def brute_min_budget(G, family=None, sequences=None):
     return min(peak for _, peak, _ in _sequences(G, sequences, family))
 
 
-def brute_time_centric(G, budget, family=None, sequences=None):
+def brute_time_centric(G: Graph, budget: int, family: Iterable[Iterable[Hashable]] | None = None,
+                       sequences: list[Scored] | None = None) -> int | None:
     """Return the least overhead (eq. 1) of a sequence with peak (eq. 2) <= `budget`, or None.
 
     Parameters
@@ -321,7 +337,9 @@ def brute_time_centric(G, budget, family=None, sequences=None):
     return min(fits) if fits else None
 
 
-def brute_memory_centric(G, budget, family=None, sequences=None):
+def brute_memory_centric(G: Graph, budget: int,
+                         family: Iterable[Iterable[Hashable]] | None = None,
+                         sequences: list[Scored] | None = None) -> int | None:
     """Return the largest overhead (eq. 1) of a sequence with peak (eq. 2) <= `budget`, or None.
 
     Parameters
@@ -356,7 +374,7 @@ def brute_memory_centric(G, budget, family=None, sequences=None):
     return max(fits) if fits else None
 
 
-def brute_schedule_points(G, sequences=None):
+def brute_schedule_points(G: Graph, sequences: list[Scored] | None = None) -> list[Scored]:
     """Return the schedule of every distinct plan over all lower-set sequences (Sec. 3).
 
     Two sequences that drop the same values, ``V_i`` minus the nodes with a successor in G
@@ -391,12 +409,13 @@ def brute_schedule_points(G, sequences=None):
 
     labels = G.labels
     consumed = {labels[s] for nf in G.facts.nodes for s, _ in nf.args if s >= 0}
-    succs = {v: set() for v in labels}
+    succs: dict[Hashable, set[Hashable]] = {v: set() for v in labels}
     for v, w in G.edges:
         succs[v].add(w)
     points = {}
     for _, _, seq in _sequences(G, sequences, None):
-        dropped, prev = set(), frozenset()
+        dropped: set[Hashable] = set()
+        prev: Nodes = frozenset()
         for L in seq[:-1]:
             dropped |= {v for v in L - prev if v in consumed and succs[v] <= L}
             prev = L

@@ -28,11 +28,18 @@ The module imports only :mod:`argparse` and the standard library at import time;
 imports the parts of :mod:`lowerset` it needs when it runs, and matplotlib only with ``--plot``.
 """
 
+from __future__ import annotations
+
 import argparse
 import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 __all__ = ["main", "build_parser", "read_graph"]
 
@@ -63,7 +70,7 @@ def _positive_float(text):
     return value
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     """Return the :class:`argparse.ArgumentParser` of the ``lowerset`` command."""
     p = argparse.ArgumentParser(
         prog="lowerset",
@@ -147,7 +154,7 @@ def build_parser():
 # -- input ---------------------------------------------------------------------------------------
 
 
-def read_graph(path):
+def read_graph(path: str) -> Graph:
     """Read GRAPH: a graph JSON (:func:`lowerset.save_graph`) or an authors' cg file.
 
     Parameters
@@ -198,7 +205,7 @@ def _read_plan(path):
 
 
 @contextlib.contextmanager
-def progress(desc, enabled=True, stream=None):
+def progress(desc: str, enabled: bool = True, stream: IO[str] | None = None) -> Iterator[Any]:
     """Show an elapsed-time tqdm bar on `stream` (stderr) while the block runs, only on a
     terminal and only after half a second, where tqdm is installed (the ``cli`` extra);
     elsewhere do nothing (tqdm is not imported). The planner's calls inside the block name
@@ -260,7 +267,7 @@ def _resolve_method(a, g):
     a.method = resolve_method(g, a.method, time_limit=a.time_limit)
 
 
-def cmd_plan(a, out):
+def cmd_plan(a: argparse.Namespace, out: IO[str]) -> None:
     """``lowerset plan``: solve and write the strategy."""
     from .exceptions import InfeasibleBudgetError
     from .planner import solve
@@ -297,7 +304,7 @@ def _schedule_lines(sc, budget):
     """The summary lines of a schedule (``simulate``, ``dtr``): peak, resident bytes,
     recomputation, events by kind, and whether it fits `budget` (None: no such line)."""
     g = sc.graph
-    kinds = {}
+    kinds: dict[str, int] = {}
     for e in sc.events:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1
     peak_event = sc.events[sc.fold.peak_index] if sc.fold.peak_index >= 0 else None
@@ -325,7 +332,7 @@ def _write_events(sc, out):
         out.write(f"{i}\t{e.kind}\t{e.node}\t{e.bytes}\t{b}\n")
 
 
-def cmd_simulate(a, out):
+def cmd_simulate(a: argparse.Namespace, out: IO[str]) -> None:
     """``lowerset simulate``: the schedule's figures, optionally its pictures."""
     s = _read_plan(a.plan)
     sc = s.schedule
@@ -367,7 +374,7 @@ def _save(ax, path, out):
     out.write(f"wrote {path}\n")
 
 
-def cmd_pareto(a, out):
+def cmd_pareto(a: argparse.Namespace, out: IO[str]) -> None:
     """``lowerset pareto``: the front, Chen's and the paper's points."""
     from . import baselines
     from .planner import pareto, solve
@@ -411,7 +418,7 @@ def cmd_pareto(a, out):
         _save(ax, a.plot, out)
 
 
-def cmd_dtr(a, out):
+def cmd_dtr(a: argparse.Namespace, out: IO[str]) -> None:
     """``lowerset dtr``: DTR simulated on the step of GRAPH, summarised as ``simulate`` does."""
     from .baselines.dtr import dtr
     from .units import parse_size
@@ -438,7 +445,7 @@ def cmd_dtr(a, out):
         _save(plot.timeline(sc, budget=budget), a.plot, out)
 
 
-def cmd_min_budget(a, out):
+def cmd_min_budget(a: argparse.Namespace, out: IO[str]) -> None:
     """``lowerset min-budget``: the least feasible budget."""
     g = read_graph(a.graph)
     _resolve_method(a, g)
@@ -461,7 +468,7 @@ COMMANDS = {"plan": cmd_plan, "simulate": cmd_simulate, "pareto": cmd_pareto,
             "min-budget": cmd_min_budget, "dtr": cmd_dtr}
 
 
-def main(argv=None, out=None):
+def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run the command line; return the exit status (0, 1 on an error, 2 on bad usage).
 
     Parameters

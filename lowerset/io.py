@@ -6,9 +6,12 @@
 - :func:`save_graph` / :func:`load_graph`: versioned JSON for graphs.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import tempfile
+from collections.abc import Callable
 
 from .exceptions import ArgumentTypeError, FormatError, GraphError, StrategyError
 from .graph import Graph, _graph_from_dict, _graph_to_dict
@@ -19,7 +22,7 @@ __all__ = ["read_cg", "paper_cost", "save_strategy", "load_strategy", "save_grap
 _GRAPH_FORMAT = "lowerset.graph"
 
 
-def paper_cost(function_name):
+def paper_cost(function_name: str) -> int:
     """T_v of the paper's experiments: 10 for a convolution, 1 otherwise (Sec. 3, last paragraph).
 
     A function counts as a convolution when its class name starts with ``"Conv"``
@@ -28,7 +31,7 @@ def paper_cost(function_name):
     return 10 if function_name.startswith("Conv") else 1
 
 
-def read_cg(path, cost=paper_cost):
+def read_cg(path: str | os.PathLike[str], cost: Callable[[str], int] = paper_cost) -> Graph:
     """Read a forward graph from the authors' ``cg_*.txt`` format.
 
     The file holds a header ``n_vars n_records``; ``n_vars`` lines ``id bytes name`` where name
@@ -129,7 +132,7 @@ def read_cg(path, cost=paper_cost):
         return vid
 
     node_of = {}  # activation id -> node label (first output of its function)
-    producer_line = {}
+    producer_line: dict[int, int] = {}
     nodes, costs, mems, attrs, edges_in = [], {}, {}, {}, []
     for _ in range(n_records):
         rec = take("'forward' or 'backward'").strip()
@@ -253,7 +256,7 @@ def _write_atomic(path, text):
         raise
 
 
-def save_strategy(strategy, path):
+def save_strategy(strategy: CanonicalStrategy, path: str | os.PathLike[str]) -> None:
     """Write a :class:`CanonicalStrategy` as JSON (see :meth:`CanonicalStrategy.to_dict`).
 
     The file is replaced atomically: the JSON goes to a temporary file in the same folder,
@@ -285,7 +288,8 @@ def save_strategy(strategy, path):
     _write_atomic(path, text)
 
 
-def load_strategy(path, graph=None):
+def load_strategy(path: str | os.PathLike[str],
+                  graph: Graph | None = None) -> CanonicalStrategy:
     """Read a strategy written by :func:`save_strategy`.
 
     Parameters
@@ -317,7 +321,7 @@ def load_strategy(path, graph=None):
     return CanonicalStrategy.from_dict(data, graph=graph)
 
 
-def save_graph(G, path):
+def save_graph(G: Graph, path: str | os.PathLike[str]) -> None:
     """Write a :class:`Graph` as JSON: nodes, edges, cost (cost units), memory (bytes), attrs.
 
     The file is replaced atomically, as by :func:`save_strategy`.
@@ -342,7 +346,7 @@ def save_graph(G, path):
     _write_atomic(path, text)
 
 
-def load_graph(path):
+def load_graph(path: str | os.PathLike[str]) -> Graph:
     """Read a graph written by :func:`save_graph`.
 
     Raises

@@ -12,9 +12,21 @@ Colours: forward pass blue, recomputation orange, backward pass green; kept valu
 dropped-and-recomputed values orange, dropped values that nothing reads again grey.
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .exceptions import ArgumentError, ArgumentTypeError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from .scheduling import Schedule
+    from .strategy import CanonicalStrategy
 
 __all__ = ["timeline", "pareto", "plan_graph", "to_dot", "new_axes", "event_phases",
            "node_states", "PHASE_COLORS", "STATE_COLORS"]
@@ -29,7 +41,7 @@ _UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2*
           "GiB": 2**30}
 
 
-def new_axes(figsize=(8, 4)):
+def new_axes(figsize: tuple[float, float] = (8, 4)) -> Axes:
     """Return the Axes of a new matplotlib Figure (no pyplot, no GUI backend)."""
     from matplotlib.figure import Figure
 
@@ -47,7 +59,7 @@ def _byte_axis(axis, unit):
 
     class ScaledLocator(Locator):
         def __call__(self):
-            lo, hi = self.axis.get_view_interval()
+            lo, hi = self.axis.get_view_interval()  # type: ignore[union-attr]  # set by now
             return self.tick_values(lo, hi)
 
         def tick_values(self, vmin, vmax):
@@ -67,7 +79,7 @@ def _legend(ax, own, **kw):
         ax.legend(fontsize=7, **kw)
 
 
-def event_phases(sched):
+def event_phases(sched: Schedule) -> list[str]:
     """Return the phase of each event of a schedule: "forward", "recompute" or "backward".
 
     Events before the first ``seed_grad`` are the forward pass; after it, ``recompute`` events
@@ -129,8 +141,9 @@ def _measured_xy(measured, n_events):
     return x, y
 
 
-def timeline(sched, *, budget=None, measured=None, ax=None, unit="GB", title=None,
-             shade=True):
+def timeline(sched: Schedule, *, budget: int | None = None, measured: Any = None,
+             ax: Axes | None = None, unit: str = "GB", title: str | None = None,
+             shade: bool = True) -> Axes:
     """Plot the bytes in use over the events of a schedule.
 
     The line is ``sched.timeline`` (bytes in use after each event, parameters and inputs
@@ -186,7 +199,7 @@ def timeline(sched, *, budget=None, measured=None, ax=None, unit="GB", title=Non
     if unit not in _UNITS:
         raise ArgumentError(f"unknown unit {unit!r}; expected one of {sorted(_UNITS)}")
     own = ax is None
-    if own:
+    if ax is None:
         ax = new_axes((10, 4))
     y = np.asarray(sched.timeline)
     x = np.arange(y.shape[0])
@@ -229,7 +242,9 @@ def timeline(sched, *, budget=None, measured=None, ax=None, unit="GB", title=Non
     return ax
 
 
-def pareto(front, *, others=None, budget=None, ax=None, unit="GB", title=None):
+def pareto(front: Sequence[CanonicalStrategy], *,
+           others: Mapping[str, CanonicalStrategy] | None = None, budget: int | None = None,
+           ax: Axes | None = None, unit: str = "GB", title: str | None = None) -> Axes:
     """Plot the overhead/peak trade-off of a list of strategies, with other strategies as
     points.
 
@@ -296,8 +311,13 @@ def pareto(front, *, others=None, budget=None, ax=None, unit="GB", title=None):
     if budget is not None:
         ax.axhline(budget, color="red", lw=1, label=f"budget {budget / _UNITS[unit]:.3g} {unit}")
     total = g.total_cost()
-    sec = ax.secondary_xaxis("top", functions=(lambda c: 100.0 * c / total,
-                                               lambda p: p * total / 100.0))
+    def percent(c: Any) -> Any:
+        return 100.0 * c / total
+
+    def cost(p: Any) -> Any:
+        return p * total / 100.0
+
+    sec = ax.secondary_xaxis("top", functions=(percent, cost))
     sec.set_xlabel("recomputed, % of one forward pass T(V)", fontsize=8)
     _byte_axis(ax.yaxis, unit)
     ax.set_xlabel("recomputed cost (cost units, schedule.recompute_cost)")
@@ -308,7 +328,7 @@ def pareto(front, *, others=None, budget=None, ax=None, unit="GB", title=None):
     return ax
 
 
-def node_states(strategy):
+def node_states(strategy: CanonicalStrategy) -> dict[Hashable, str]:
     """Return, per node label, "kept", "recomputed" or "dropped" under a strategy's schedule.
 
     "dropped": the forward copy is freed early and no backward step reads it again, so it is
@@ -353,7 +373,7 @@ def _lanes(g, order):
     xpos = np.empty(g.n, dtype=np.int64)
     xpos[order] = np.arange(g.n)
     lane = np.zeros(g.n, dtype=np.int64)
-    ends = []  # per lane: x of its last use
+    ends: list[int] = []  # per lane: x of its last use
     for v in order.tolist():
         succ = g.succs(v)
         end = int(xpos[succ].max()) if len(succ) else int(xpos[v])
@@ -369,7 +389,8 @@ def _lanes(g, order):
     return xpos, lane
 
 
-def plan_graph(strategy, *, ax=None, max_nodes=2000, title=None, labels=None):
+def plan_graph(strategy: CanonicalStrategy, *, ax: Axes | None = None, max_nodes: int = 2000,
+               title: str | None = None, labels: bool | None = None) -> Axes:
     """Draw a strategy on its graph: kept, recomputed and dropped nodes, and the segments.
 
     Nodes are placed left to right in a topological order where each segment V_i is
@@ -426,7 +447,7 @@ def plan_graph(strategy, *, ax=None, max_nodes=2000, title=None, labels=None):
     for m in strategy._cached_masks:
         cached |= m
     own = ax is None
-    if own:
+    if ax is None:
         ax = new_axes((max(6.0, min(40.0, g.n * 0.06 + 4)), max(2.5, min(12.0, lane.max() * 0.4
                                                                        + 2))))
     k = len(strategy)
@@ -447,7 +468,9 @@ def plan_graph(strategy, *, ax=None, max_nodes=2000, title=None, labels=None):
     for state in ("kept", "recomputed", "dropped"):
         ids = np.array([g.index[v] for v, s in states.items() if s == state], dtype=np.int64)
         ax.scatter(xpos[ids], lane[ids], s=size, color=STATE_COLORS[state], zorder=3,
-                   edgecolors=np.where(cached[ids], "black", "none") if len(ids) else "none",
+                   # an array of colour names: matplotlib's stubs take a sequence only
+                   edgecolors=(np.where(cached[ids], "black", "none")  # type: ignore[arg-type]
+                               if len(ids) else "none"),
                    linewidths=0.9, label=state)
     if labels is None:
         labels = g.n <= 60
@@ -471,11 +494,13 @@ def plan_graph(strategy, *, ax=None, max_nodes=2000, title=None, labels=None):
     ax.set_title(title or f"Plan: {len(strategy)} segments, {len(strategy.schedule.recomputed)} "
                           f"values recomputed (cost {strategy.schedule.recompute_cost}) of "
                           f"{g.n}", fontsize=10)
-    ax.plan_positions = {v: (int(xpos[g.index[v]]), int(lane[g.index[v]])) for v in g.labels}
+    # an attribute of our own on the Axes
+    ax.plan_positions = {  # type: ignore[attr-defined]
+        v: (int(xpos[g.index[v]]), int(lane[g.index[v]])) for v in g.labels}
     return ax
 
 
-def to_dot(strategy, path=None):
+def to_dot(strategy: CanonicalStrategy, path: str | os.PathLike[str] | None = None) -> str:
     """Return (and write to `path`) the plan as a graphviz dot graph.
 
     One cluster per segment V_i; nodes filled by state (:func:`node_states`, colours of
@@ -514,7 +539,7 @@ def to_dot(strategy, path=None):
                                 f"{type(strategy).__name__}")
     g = strategy.graph
     states = node_states(strategy)
-    cached = set()
+    cached: set[Hashable] = set()
     for c in strategy.cached:
         cached |= c
 

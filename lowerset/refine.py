@@ -42,16 +42,22 @@ References
    analysis).
 """
 
+from __future__ import annotations
+
 import collections
 import concurrent.futures
 import contextlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from . import _limits
 from ._kernels import closure
+from ._typing import IntArray, Number
 from ._validate import check_budget, check_count
 from .exceptions import SearchLimitError
+from .graph import Graph
 from .scheduling import (
     _drop_rule,
     _peak_and_cost,
@@ -81,7 +87,7 @@ PAIR_EVALUATIONS = 1000
 AHEAD = 2
 
 
-def strategy_of_labels(graph, seg, **meta):
+def strategy_of_labels(graph: Graph, seg: IntArray, **meta: Any) -> CanonicalStrategy:
     """The :class:`CanonicalStrategy` of a monotone labelling without empty segments."""
     return CanonicalStrategy.from_segments(graph, seg, **meta)
 
@@ -120,7 +126,7 @@ class _Scheduler:
         without caps, or with caps it does not pass) computes the schedule again; within a
         search the caps only tighten, so its own records decide its later asks."""
         d, key = self._keyed(seg)
-        out = self.memo.get(key)
+        out: Any = self.memo.get(key)   # a tuple wherever _decides says it decides
         if not _decides(out, caps):
             future = self._ahead.pop(key, None)
             out = self._known.get(key)
@@ -273,7 +279,9 @@ def _moves(graph, seg, dropped, droppable, start):
             yield _drop_move(graph, seg, v), v
 
 
-def refine(graph, strategy, budget=None, *, max_evaluations=MAX_EVALUATIONS, deadline=None):
+def refine(graph: Graph, strategy: CanonicalStrategy, budget: Number | None = None, *,
+           max_evaluations: int = MAX_EVALUATIONS,
+           deadline: Callable[[], object] | None = None) -> CanonicalStrategy:
     """Improve `strategy` by local search over lower-set sequences (see the module docstring).
 
     Parameters
@@ -354,7 +362,7 @@ def _ahead(moves, run, caps=None):
     it is :data:`AHEAD` per thread before the scan reaches it; what a scan leaves is abandoned
     when the next starts."""
     run.abandon()
-    window = collections.deque()
+    window: collections.deque[Any] = collections.deque()
     size = AHEAD * _limits.cores()
     for move in moves:
         run.submit(move[0], caps)

@@ -14,7 +14,14 @@ References
 .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (the canonical strategy's execution).
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
 from .scheduling import Schedule
+
+#: An event as an executor walks it: ``(kind, node id, output indexes)``.
+CursorEvent = tuple[str, int, tuple[int, ...]]
 
 __all__ = ["EventCursor", "FRAMEWORK_KINDS"]
 
@@ -51,7 +58,10 @@ class EventCursor:
     (False, ('backward', 1, ()))
     """
 
-    def __init__(self, schedule):
+    plan: list[CursorEvent]
+    position: int
+
+    def __init__(self, schedule: Schedule) -> None:
         if not isinstance(schedule, Schedule):
             raise TypeError(f"schedule must be a lowerset.Schedule, got {type(schedule).__name__}")
         index = schedule.graph.index
@@ -64,11 +74,11 @@ class EventCursor:
         self._next_framework = nxt
 
     @property
-    def done(self):
+    def done(self) -> bool:
         """Whether every event has been passed."""
         return self.position == len(self.plan)
 
-    def expect(self, kind, v):
+    def expect(self, kind: str, v: int) -> bool:
         """Step past the framework's `kind` call of node id `v` if it is the next event, and
         return True; else return False and stay (:meth:`peek` says what the schedule expects
         there, for the executor's error message)."""
@@ -77,11 +87,11 @@ class EventCursor:
             return True
         return False
 
-    def peek(self):
+    def peek(self) -> CursorEvent | None:
         """The next event ``(kind, node id, outputs)``, or None at the end of the step."""
         return self.plan[self.position] if self.position < len(self.plan) else None
 
-    def own_events(self, recompute=True):
+    def own_events(self, recompute: bool = True) -> Iterator[CursorEvent]:
         """Yield the events up to the framework's next call, ``(kind, node id, outputs)``, and
         step past each one as it is yielded. With `recompute` False, stop before the next
         ``recompute`` (a framework may hold the arrays of the call that just ended until it
@@ -94,6 +104,6 @@ class EventCursor:
             self.position += 1
             yield event
 
-    def recomputed_nodes(self):
+    def recomputed_nodes(self) -> set[int]:
         """Set of the node ids the schedule recomputes."""
         return {v for kind, v, _ in self.plan if kind == "recompute"}

@@ -5,10 +5,13 @@ units powers of 1024 (KiB, MiB, GiB, TiB). Unit letters are case-insensitive; a 
 bytes.
 """
 
+from __future__ import annotations
+
 import decimal
 import numbers
 import re
 
+from ._typing import Number
 from ._validate import check_budget
 from .exceptions import ArgumentError, ArgumentTypeError
 
@@ -23,7 +26,7 @@ UNITS = {"": 1, "b": 1,
 _SIZE = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(text):
+def parse_size(text: Number | str) -> int:
     """Return a size in bytes (int, rounded down) from a number or a string with a unit.
 
     Parameters
@@ -68,7 +71,7 @@ def parse_size(text):
     return check_budget(text, "a size")
 
 
-def format_size(nbytes, binary=False):
+def format_size(nbytes: Number, binary: bool = False) -> str:
     """Return `nbytes` as a short string: ``"11.40 GB"`` (decimal) or ``"10.62 GiB"`` (binary).
 
     Examples

@@ -7,7 +7,11 @@ says how two arrays of its framework differ (a callable returning whether they d
 and their largest absolute difference). :func:`compare` makes the report.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .exceptions import VerificationError
 
@@ -41,15 +45,17 @@ class VerifyReport:
     """
 
     ok: bool
-    first_mismatch: object
-    mismatches: tuple
+    first_mismatch: str | None
+    mismatches: tuple[str, ...]
     max_abs_diff: float
     events_equal: bool
-    recomputed: tuple
-    compared: tuple
+    recomputed: tuple[Hashable, ...]
+    compared: tuple[str, ...]
 
 
-def compare(plain, planned, diff, *, events_equal, recomputed):
+def compare(plain: Mapping[str, Any], planned: Mapping[str, Any],
+            diff: Callable[[Any, Any], tuple[object, float]], *, events_equal: bool,
+            recomputed: Iterable[Hashable]) -> VerifyReport:
     """Compare two runs' named values.
 
     Parameters

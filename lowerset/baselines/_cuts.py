@@ -1,14 +1,18 @@
 """Articulation cuts: the lower sets Chen et al.'s checkpointing can split a DAG at."""
 
+from __future__ import annotations
+
 from .. import _kernels
+from .._typing import BoolArray
 from .._validate import requires_graph
+from ..graph import Graph
 from ..lowersets import mask_of_bits
 
 __all__ = ["articulation_cuts"]
 
 
 @requires_graph
-def articulation_cuts(G):
+def articulation_cuts(G: Graph) -> list[tuple[int, BoolArray]]:
     """Return the lower sets L_v whose boundary is the single node v, as a nested chain.
 
     L_v = {w : v is reachable from w} (Sec. 4.3). When ∂(L_v) = {v}, every edge leaving L_v
@@ -49,7 +53,7 @@ def _chain(G):
     cuts = [v for v in range(G.n)
             if size[v] < G.n and bptr[v + 1] - bptr[v] == 1 and bidx[bptr[v]] == v]
     cuts.sort(key=lambda v: int(size[v]))
-    chain = []
+    chain: list[int] = []
     for v in cuts:
         # L_u ⊆ L_v exactly when u is an ancestor of v (or v itself)
         u = chain[-1] if chain else None

@@ -25,8 +25,12 @@ References
    ``optimization/eqclass.py``.
 """
 
+from __future__ import annotations
+
 import numpy as np
 from numba import njit
+
+from .._typing import FloatArray, IntArray
 
 __all__ = ["HEURISTICS", "EqClasses", "heuristic_code", "choose"]
 
@@ -35,7 +39,7 @@ HEURISTICS = ("dtr", "dtr_local", "lru", "size")
 H_DTR, H_LOCAL, H_LRU, H_SIZE = range(4)
 
 
-def heuristic_code(name):
+def heuristic_code(name: str) -> int:
     """The integer code of heuristic `name` (one of :data:`HEURISTICS`); KeyError if unknown."""
     return {h: i for i, h in enumerate(HEURISTICS)}[name]
 
@@ -55,12 +59,16 @@ class EqClasses:
         Cost units of a root's class.
     """
 
-    def __init__(self, capacity=64):
+    parent: IntArray
+    value: FloatArray
+    size: int
+
+    def __init__(self, capacity: int = 64) -> None:
         self.parent = np.arange(capacity, dtype=np.int64)
         self.value = np.zeros(capacity, dtype=np.float64)
         self.size = 0
 
-    def new(self, cost):
+    def new(self, cost: float) -> int:
         """A new class of cost `cost`; return its id."""
         if self.size == self.parent.shape[0]:
             cap = 2 * self.size
@@ -72,18 +80,18 @@ class EqClasses:
         self.size += 1
         return i
 
-    def find(self, i):
+    def find(self, i: int) -> int:
         """The root of `i`'s class (compressing the path)."""
         return _find(self.parent, i)
 
-    def merge(self, a, b):
+    def merge(self, a: int, b: int) -> None:
         """Join the classes of `a` and `b` (b's root becomes the root, with both costs)."""
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.parent[ra] = rb
             self.value[rb] += self.value[ra]
 
-    def add(self, i, cost):
+    def add(self, i: int, cost: float) -> None:
         """Add `cost` (negative to remove) to the cost of `i`'s class."""
         self.value[self.find(i)] += cost
 

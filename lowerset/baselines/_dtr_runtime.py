@@ -32,11 +32,16 @@ References
 .. [2] simrd: ``uwsampl/dtr-prototype`` ``simrd/simrd/runtime/v2.py`` (``RuntimeV2Optimized``).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import numpy as np
 
 from .. import _schedule_kernels as _k
 from ..exceptions import InfeasibleBudgetError
-from ..scheduling import EventFold, _inplace_groups, flat_facts
+from ..graph import Graph
+from ..scheduling import EventArrays, EventFold, _inplace_groups, flat_facts
 from ..units import format_size
 from . import _dtr_heuristics as _h
 
@@ -77,7 +82,7 @@ class Static:
         runtime checks that what it evicts can be made again.
     """
 
-    def __init__(self, g):
+    def __init__(self, g: Graph) -> None:
         f = self.f = flat_facts(g)
         n, n_out = f.n, f.n_out
         self.n_slot = n_out + n
@@ -99,7 +104,7 @@ class Static:
         has_state = f.state > 0
         storage[n_out:][has_state] = n_out + np.flatnonzero(has_state)
         self.storage = storage
-        self.members = [[] for _ in range(self.n_slot)]
+        self.members: list[list[int]] = [[] for _ in range(self.n_slot)]
         for a in np.flatnonzero(storage >= 0).tolist():
             self.members[int(storage[a])].append(a)
         self.size = np.zeros(self.n_slot, dtype=np.int64)
@@ -155,7 +160,7 @@ class Static:
                 death[a] = max(death[a], n + q)
         death[:n_out][f.returned] = NEVER
         self.death = death
-        self.dying = [[] for _ in range(n + f.bwd.shape[0])]
+        self.dying: list[list[int]] = [[] for _ in range(n + f.bwd.shape[0])]
         order = np.lexsort((np.arange(self.n_slot), f.fpos[self.prod],
                             np.arange(self.n_slot) < n_out))  # states first, forward order
         for a in order.tolist():
@@ -164,7 +169,7 @@ class Static:
 
     def _neighbours(self, g, f):
         n_out = f.n_out
-        users = [[] for _ in range(n_out)]  # nodes reading each output
+        users: list[list[int]] = [[] for _ in range(n_out)]  # nodes reading each output
         for v in range(f.n):
             for a in self.fwd_reads[v]:
                 users[a].append(v)
@@ -190,7 +195,7 @@ class Events:
     """The events so far in growable int64 arrays, laid out as :attr:`lowerset.Schedule.arrays`
     (``optr`` holds absolute offsets into ``oidx``)."""
 
-    def __init__(self, cap=1024):
+    def __init__(self, cap: int = 1024) -> None:
         self.kind = np.empty(cap, dtype=np.int64)
         self.node = np.empty(cap, dtype=np.int64)
         self.nbytes = np.empty(cap, dtype=np.int64)
@@ -198,7 +203,7 @@ class Events:
         self.oidx = np.empty(cap, dtype=np.int64)
         self.n = 0
 
-    def put(self, kind, v, nbytes, outs):
+    def put(self, kind: int, v: int, nbytes: int, outs: Sequence[int]) -> None:
         """Write event ``n`` (not counted until :meth:`add`)."""
         i = self.n
         if i + 1 >= self.kind.shape[0] or self.optr[i] + len(outs) > self.oidx.shape[0]:
@@ -210,16 +215,16 @@ class Events:
         self.oidx[lo:lo + len(outs)] = outs
         self.optr[i + 1] = lo + len(outs)
 
-    def add(self, kind, v, nbytes, outs):
+    def add(self, kind: int, v: int, nbytes: int, outs: Sequence[int]) -> None:
         self.put(kind, v, nbytes, outs)
         self.n += 1
 
-    def window(self, lo, hi):
+    def window(self, lo: int, hi: int) -> EventArrays:
         """Events ``lo .. hi-1`` as fold arguments (views)."""
         return (self.kind[lo:hi], self.node[lo:hi], self.nbytes[lo:hi], self.optr[lo:hi + 1],
                 self.oidx)
 
-    def arrays(self):
+    def arrays(self) -> EventArrays:
         """Copies of the events, ``optr`` from 0."""
         n = self.n
         return (self.kind[:n].copy(), self.node[:n].copy(), self.nbytes[:n].copy(),
@@ -257,7 +262,7 @@ class Runtime:
         Storages evicted.
     """
 
-    def __init__(self, g, budget, heuristic, max_overhead):
+    def __init__(self, g: Graph, budget: int, heuristic: str, max_overhead: float) -> None:
         self.g = g
         S = self.S = Static(g)
         self.budget = budget
@@ -282,7 +287,7 @@ class Runtime:
         self.remats = np.zeros(g.n, dtype=np.int64)
         self.remat_cost = 0.0
         self.evictions = 0
-        self.retained = []
+        self.retained: list[int] = []
         self.position = 0
         # plain lists for the per-event Python code
         f = S.f
@@ -299,7 +304,7 @@ class Runtime:
 
     # -- the program ------------------------------------------------------------------------
 
-    def run(self):
+    def run(self) -> Runtime:
         """Run the step; raise InfeasibleBudgetError where DTR cannot go on."""
         f = self.S.f
         for p, v in enumerate(f.fwd.tolist()):
@@ -560,7 +565,8 @@ class Runtime:
 
     def _recheck_retained(self):
         """Free the kept slots that no evicted array may need any more."""
-        keep, free = [], []
+        keep: list[int] = []
+        free: list[int] = []
         for a in self.retained:
             (keep if self._must_keep(a) else free).append(a)
         self.retained = keep

@@ -1,10 +1,14 @@
 """Chen et al.'s greedy checkpointing with a segment-size knob, on articulation cuts."""
 
+from __future__ import annotations
+
 import time
 
 import numpy as np
 
+from .._typing import Number
 from .._validate import check_budget, check_count, requires_graph
+from ..graph import Graph
 from ..strategy import CanonicalStrategy
 from ._cuts import articulation_cuts
 
@@ -21,7 +25,7 @@ def _greedy_cuts(cuts, sizes, segment_bytes):
 
 
 @requires_graph
-def chen_greedy(G, segment_bytes):
+def chen_greedy(G: Graph, segment_bytes: Number) -> CanonicalStrategy:
     """Chen's greedy strategy: cut at the first articulation cut after `segment_bytes` of memory.
 
     Walking the articulation cuts in order, a cut is taken once the activation memory since the
@@ -60,7 +64,7 @@ def chen_greedy(G, segment_bytes):
 
 
 @requires_graph
-def chen_greedy_sweep(G, n_knobs=64):
+def chen_greedy_sweep(G: Graph, n_knobs: int = 64) -> CanonicalStrategy:
     """Try :func:`chen_greedy` over a grid of knob values; return the least peak (eq. 2).
 
     The knob runs over `n_knobs` values spaced geometrically from the smallest gap between
@@ -103,5 +107,6 @@ def chen_greedy_sweep(G, n_knobs=64):
                               method="chen-greedy")
         if best is None or (s.peak_memory, s.overhead) < (best.peak_memory, best.overhead):
             best = s
+    assert best is not None  # knob 0 always runs
     best.planner_seconds = time.perf_counter() - start
     return best

@@ -1,11 +1,14 @@
 """Chen et al.'s sqrt(n) checkpointing, generalised to DAGs through articulation cuts."""
 
+from __future__ import annotations
+
 import math
 import time
 
 import numpy as np
 
 from .._validate import check_count, requires_graph
+from ..graph import Graph
 from ..lowersets import mask_of_bits
 from ..strategy import CanonicalStrategy
 from ._cuts import _chain
@@ -14,7 +17,7 @@ __all__ = ["chen_sqrtn"]
 
 
 @requires_graph
-def chen_sqrtn(G, n_segments=None):
+def chen_sqrtn(G: Graph, n_segments: int | None = None) -> CanonicalStrategy:
     """Chen's sqrt(n) strategy: about sqrt(#cuts) articulation cuts spaced evenly by memory.
 
     The candidate cut points are the articulation cuts of :func:`articulation_cuts` (lower sets

@@ -10,13 +10,18 @@ a canonical strategy directly: its events are folded by the fold that folds a
 is in :mod:`._dtr_runtime`, the heuristics in :mod:`._dtr_heuristics`.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
 import time
+from collections.abc import Hashable
 
+from .._typing import Number
 from .._validate import check_budget, check_choice, requires_graph
 from ..exceptions import ArgumentError, ArgumentTypeError
-from ..scheduling import Schedule
+from ..graph import Graph
+from ..scheduling import EventArrays, Schedule
 from ._dtr_heuristics import HEURISTICS
 from ._dtr_runtime import Runtime
 
@@ -46,8 +51,15 @@ class DTRSchedule(Schedule):
         Wall time of the simulation.
     """
 
-    def __init__(self, graph, arrays, budget, heuristic, rematerializations, evictions,
-                 seconds):
+    budget: int
+    heuristic: str
+    rematerializations: dict[Hashable, int]
+    evictions: int
+    seconds: float
+
+    def __init__(self, graph: Graph, arrays: EventArrays, budget: int, heuristic: str,
+                 rematerializations: dict[Hashable, int], evictions: int,
+                 seconds: float) -> None:
         super().__init__(graph, None, arrays)
         self.budget = budget
         self.heuristic = heuristic
@@ -55,13 +67,14 @@ class DTRSchedule(Schedule):
         self.evictions = evictions
         self.seconds = seconds
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"DTRSchedule({len(self)} events, peak={self.peak} bytes, budget={self.budget} "
                 f"bytes, heuristic={self.heuristic!r}, recompute_cost={self.recompute_cost})")
 
 
 @requires_graph
-def dtr(G, budget, heuristic="dtr", max_overhead=50):
+def dtr(G: Graph, budget: Number, heuristic: str = "dtr",
+        max_overhead: float = 50) -> DTRSchedule:
     """Simulate DTR over one training step of `G` within `budget` bytes.
 
     The program is the step of `G`'s execution facts: every forward in ``forward_order``,

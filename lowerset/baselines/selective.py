@@ -9,17 +9,22 @@ so it stays on the boundary, while the cheap nodes inside a segment that no late
 are dropped and recomputed from the boundary before them.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+
 import numpy as np
 
 from .._validate import check_count, requires_graph
 from ..exceptions import ArgumentError
+from ..graph import Graph
 from ..strategy import CanonicalStrategy
 
 __all__ = ["selective_cuts", "selective_family"]
 
 
 @requires_graph
-def selective_cuts(G, min_cost, every=1):
+def selective_cuts(G: Graph, min_cost: int, every: int = 1) -> CanonicalStrategy:
     """The canonical strategy whose lower sets end at every `every`-th node (in forward order)
     of cost T_v >= `min_cost`.
 
@@ -67,7 +72,8 @@ def selective_cuts(G, min_cost, every=1):
     return CanonicalStrategy.from_segments(G, seg, method="selective")
 
 
-def selective_family(G, thresholds=8, strides=(1, 2, 4, 8)):
+def selective_family(G: Graph, thresholds: int = 8,
+                     strides: Iterable[int] = (1, 2, 4, 8)) -> list[CanonicalStrategy]:
     """:func:`selective_cuts` at `thresholds` cost levels (quantiles of the distinct costs from
     the largest down) and each stride of `strides`: distinct strategies, from fine (every
     costly node ends a segment) to coarse. The planner adds them to its pool.

@@ -21,11 +21,20 @@ It counts bytes (peaks, the whole step's device memory as ``schedule.peak`` coun
 bytes included) and cost units (recomputation, as ``schedule.recompute_cost`` counts it).
 """
 
-from dataclasses import dataclass
+from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._typing import IntArray, Number
 from .._validate import check_budget, check_graph, check_time_limit
 from ..exceptions import ArgumentError, InfeasibleBudgetError, LowersetError
 from ._milp import SolverMissingError
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+    from ..strategy import CanonicalStrategy
 
 __all__ = ["optimum", "Optimum", "OPTIMUM_MODELS", "SolverMissingError"]
 
@@ -68,19 +77,20 @@ class Optimum:
     """
 
     model: str
-    budget: object
-    peak: object
-    recompute_cost: object
+    budget: int | None
+    peak: int | None
+    recompute_cost: int | None
     lower_bound: int
     status: str
-    strategy: object = None
-    recomputed: object = None
+    strategy: CanonicalStrategy | None = None
+    recomputed: IntArray | None = None
     seconds: float = 0.0
-    size: tuple = (0, 0)
+    size: tuple[int, int] = (0, 0)
     coarse: bool = False
 
 
-def optimum(graph, budget=None, model="canonical", time_limit=None, *, coarse="auto"):
+def optimum(graph: Graph, budget: Number | None = None, model: str = "canonical",
+            time_limit: Number | None = None, *, coarse: bool | str = "auto") -> Optimum:
     """Return the least peak, or the least recomputation within `budget`, of `model`'s plans.
 
     Parameters
@@ -136,18 +146,19 @@ def optimum(graph, budget=None, model="canonical", time_limit=None, *, coarse="a
         raise ArgumentError(f"unknown model {model!r}; expected one of {OPTIMUM_MODELS}")
     if budget is not None:
         budget = check_budget(budget)
-    time_limit = check_time_limit(time_limit)
+    limit = check_time_limit(time_limit)
+    run: Callable[..., dict[str, Any]]
     if model == "canonical":
         from .canonical import solve_canonical as run
     else:
         from .general import solve_general as run
     if coarse not in ("auto", True, False):
         raise ArgumentError(f"coarse must be 'auto', True or False, got {coarse!r}")
-    res = run(graph, budget, time_limit, coarse=coarse)
+    res = run(graph, budget, limit, coarse=coarse)
     if res["status"] == "infeasible" and budget is None:  # pragma: no cover - a solver failure
         raise LowersetError(f"HiGHS found the {model} model of a feasible step infeasible")
-    if res["status"] == "infeasible":
-        least = run(graph, None, time_limit, coarse=coarse)
+    if res["status"] == "infeasible" and budget is not None:
+        least = run(graph, None, limit, coarse=coarse)
         raise InfeasibleBudgetError(budget, least["peak"] if least["status"] == "optimal"
                                     else None, method=f"optimum/{model}")
     return Optimum(model=model, budget=budget, peak=res["peak"],

@@ -6,14 +6,18 @@ be solved again after rows are added (the no-good cuts of :mod:`lowerset.optimal
 ``highspy`` is imported inside :meth:`Milp.solve`, so that ``lowerset`` imports without it.
 """
 
+from __future__ import annotations
+
 import math
 import os
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from .._typing import FloatArray
 from ..exceptions import LowersetError
 
 INF = math.inf
@@ -24,12 +28,12 @@ INF = math.inf
 REL_TOL = 1e-6
 
 
-def proven(value, bound):
+def proven(value: float, bound: float) -> bool:
     """Whether `value` (an integer objective) is within :data:`REL_TOL` of the lower `bound`."""
     return value <= bound + max(0.5, REL_TOL * abs(bound))
 
 
-def floor_bound(bound):
+def floor_bound(bound: float) -> float:
     """The integer lower bound that `bound` proves: ``ceil(bound)`` less the tolerance."""
     if not math.isfinite(bound):
         return bound
@@ -83,8 +87,8 @@ class Solution:
     """
 
     status: str
-    values: object
-    objective: object
+    values: FloatArray | None
+    objective: float | None
     bound: float
     seconds: float
 
@@ -97,19 +101,27 @@ class Milp:
     n_cols, n_rows : int
     """
 
-    def __init__(self):
-        self.lb, self.ub, self.cost, self.integer = [], [], [], []
-        self.row_lb, self.row_ub, self.row_ptr, self.row_idx, self.row_val = [], [], [0], [], []
+    def __init__(self) -> None:
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+        self.cost: list[float] = []
+        self.integer: list[bool] = []
+        self.row_lb: list[float] = []
+        self.row_ub: list[float] = []
+        self.row_ptr: list[int] = [0]
+        self.row_idx: list[int] = []
+        self.row_val: list[float] = []
 
     @property
-    def n_cols(self):
+    def n_cols(self) -> int:
         return len(self.lb)
 
     @property
-    def n_rows(self):
+    def n_rows(self) -> int:
         return len(self.row_lb)
 
-    def var(self, lb=0.0, ub=1.0, cost=0.0, integer=False):
+    def var(self, lb: float = 0.0, ub: float = 1.0, cost: float = 0.0,
+            integer: bool = False) -> int:
         """Add a column; return its index."""
         self.lb.append(float(lb))
         self.ub.append(float(ub))
@@ -117,11 +129,11 @@ class Milp:
         self.integer.append(bool(integer))
         return len(self.lb) - 1
 
-    def binary(self, cost=0.0):
+    def binary(self, cost: float = 0.0) -> int:
         """Add a 0/1 column; return its index."""
         return self.var(0.0, 1.0, cost, True)
 
-    def row(self, terms, lb=-INF, ub=INF):
+    def row(self, terms: Iterable[tuple[int, float]], lb: float = -INF, ub: float = INF) -> None:
         """Add the row ``lb <= sum(c * x[i] for i, c in terms) <= ub`` (terms: (index, coef))."""
         for i, c in terms:
             if c != 0:
@@ -131,13 +143,13 @@ class Milp:
         self.row_lb.append(float(lb))
         self.row_ub.append(float(ub))
 
-    def set_objective(self, costs):
+    def set_objective(self, costs: Mapping[int, float]) -> None:
         """Replace the objective by ``sum(c * x[i] for i, c in costs.items())``."""
         self.cost = [0.0] * self.n_cols
         for i, c in costs.items():
             self.cost[i] = float(c)
 
-    def solve(self, time_limit=None):
+    def solve(self, time_limit: float | None = None) -> Solution:
         """Minimise with HiGHS; return a :class:`Solution`.
 
         Parameters

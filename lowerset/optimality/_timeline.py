@@ -39,9 +39,19 @@ Where the schedule counts more than this model, the model is a relaxation (its p
 bound): a recomputed value whose previous buffer a view still holds is counted once.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .. import _schedule_kernels as _k
+from .._typing import IntArray
+from ..graph import Graph
+
+if TYPE_CHECKING:
+    from ._milp import Milp
 from ..scheduling import _fold, _hooked_arrays, flat_facts
 
 FORWARD, GAP, RECOMPUTE, BACKWARD = range(4)
@@ -52,7 +62,7 @@ FORWARD, GAP, RECOMPUTE, BACKWARD = range(4)
 FINE_LIMIT = 300_000
 
 
-def byte_scale(g):
+def byte_scale(g: Graph) -> int:
     """A power of two that brings the step's largest array to at most 2^13 units: the memory
     rows are divided by it (exactly, in floating point), because HiGHS declared a feasible
     model with coefficients of 10^9 bytes infeasible."""
@@ -62,7 +72,7 @@ def byte_scale(g):
     return 2 ** max(0, top.bit_length() - 13)
 
 
-def is_coarse(coarse, g, n_run_positions):
+def is_coarse(coarse: bool | str, g: Graph, n_run_positions: int) -> bool:
     """Resolve ``coarse="auto"`` for a model whose runs would take `n_run_positions`."""
     if coarse != "auto":
         return bool(coarse)
@@ -71,7 +81,7 @@ def is_coarse(coarse, g, n_run_positions):
     return (g.n + 1 + f.bwd.shape[0] + n_run_positions) * slots > FINE_LIMIT
 
 
-def gradient_levels(g):
+def gradient_levels(g: Graph) -> tuple[int, IntArray, IntArray]:
     """Bytes of gradients in use, from the schedule's fold of the gradient events alone.
 
     Returns
@@ -144,19 +154,23 @@ class Timeline:
     is a relaxation with about 2n positions instead of up to n^2.
     """
 
-    def __init__(self, g, milp, forward_recompute, backward_candidates, coarse=False):
+    def __init__(self, g: Graph, milp: Milp, forward_recompute: Callable[[int], bool] | None,
+                 backward_candidates: Sequence[Sequence[int]], coarse: bool = False) -> None:
         self.g, self.milp, self.coarse = g, milp, coarse
         f = self.f = flat_facts(g)
         self.scale = byte_scale(g)
         self.peak = milp.var(f.resident / self.scale, np.inf)
-        self.positions, self.rvar, self.runs = [], [], []
-        self.run_stage = []   # per run: (position before its stage, position ending it)
+        self.positions: list[tuple[int, int, int]] = []   # (kind, node, stage)
+        self.rvar: list[int] = []
+        self.runs: list[tuple[int, int, int]] = []        # (column, node, stage)
+        # per run: (position before its stage, position ending it)
+        self.run_stage: list[tuple[int, int]] = []
         self.target_pos = np.empty(g.n, dtype=np.int64)
         fwd = f.fwd.tolist()
         for t, v in enumerate(fwd):
             first = len(self.runs)
             for u in fwd[:t] if forward_recompute is not None else ():
-                if forward_recompute(u):
+                if forward_recompute is not None and forward_recompute(u):
                     self._run(u, t, -1)
             self.target_pos[v] = self._position(FORWARD, v, t, first)
         self.gap = self._position(GAP, -1, -1, len(self.runs))
@@ -166,7 +180,7 @@ class Timeline:
             for u in sorted(backward_candidates[q], key=lambda u: f.fpos[u]):
                 self._run(u, q, q)
             self.backward_pos.append(self._position(BACKWARD, j, q, first))
-        self.alive = {}
+        self.alive: dict[tuple[int, int], int] = {}   # (slot, position) -> column
         self._alive_columns()
         self._memory_rows()
 
@@ -185,7 +199,8 @@ class Timeline:
         col = self.milp.binary()
         self.runs.append((col, u, q))
         if self.coarse:
-            self.run_stage.append(None)
+            # a placeholder, set when the stage ends (_stage)
+            self.run_stage.append(None)  # type: ignore[arg-type]
             return
         p = len(self.positions)
         self.run_stage.append((p, p))
@@ -194,12 +209,12 @@ class Timeline:
 
     # -- slots -------------------------------------------------------------------------------
 
-    def slots(self):
+    def slots(self) -> list[int]:
         """Slot ids: outputs ``0..n_out-1``, then ``n_out + v`` for nodes with state."""
         f = self.f
         return list(range(f.n_out)) + [f.n_out + v for v in range(self.g.n) if f.state[v] > 0]
 
-    def owner(self, x):
+    def owner(self, x: int) -> int:
         f = self.f
         return int(f.out_node[x]) if x < f.n_out else x - f.n_out
 
@@ -220,7 +235,9 @@ class Timeline:
 
     def _reads(self):
         """Per slot: certain reads (positions) and reads by runs ((run index, position))."""
-        f, certain, by_run = self.f, {}, {}
+        f = self.f
+        certain: dict[int, set[int]] = {}
+        by_run: dict[int, list[int]] = {}
         for p, (kind, v, _) in enumerate(self.positions):
             if kind == FORWARD and self.rvar[p] < 0:
                 for x in self._read_slots(v, False):
@@ -246,7 +263,7 @@ class Timeline:
     def _makers(self):
         """Per (slot, position): the run indexes that make the slot there (coarse: in the stage
         that position ends)."""
-        out = {}
+        out: dict[tuple[int, int], list[int]] = {}
         for i, (col, v, _) in enumerate(self.runs):
             p = self.run_stage[i][1]
             for x in self._owned(v):
@@ -322,11 +339,11 @@ class Timeline:
             root[x] = find(x) if x < f.n_out else x
         return root
 
-    def slot_bytes(self, x):
+    def slot_bytes(self, x: int) -> int:
         f = self.f
         return int(f.out_bytes[x]) if x < f.n_out else int(f.state[x - f.n_out])
 
-    def extra(self, v, made_state):
+    def extra(self, v: int, made_state: bool) -> int:
         """Workspace of a run of node v beyond what it allocates (bytes)."""
         f = self.f
         alloc = sum(int(f.out_bytes[o]) for o in range(f.out_ptr[v], f.out_ptr[v + 1])
@@ -359,7 +376,7 @@ class Timeline:
         f, m = self.f, self.milp
         seed, high, after = gradient_levels(self.g)
         roots = self._roots()
-        members = {}
+        members: dict[int, list[int]] = {}
         for x, b in roots.items():
             if b >= 0:
                 members.setdefault(b, []).append(x)

@@ -36,13 +36,19 @@ References
 .. [2] Jain et al., Checkmate, MLSys 2020, Sec. 4 (stages, liveness in a MILP).
 """
 
+from __future__ import annotations
+
 import math
 import time
+from typing import Any
 
 import numpy as np
 
+from .._typing import BoolArray, FloatArray
+from ..graph import Graph
 from ..refine import strategy_of_labels
 from ..scheduling import _drop_rule, dropped_of_labels, flat_facts
+from ..strategy import CanonicalStrategy
 from ._milp import Milp, floor_bound, proven
 from ._timeline import Timeline, is_coarse
 
@@ -50,13 +56,13 @@ from ._timeline import Timeline, is_coarse
 class CanonicalModel:
     """The MILP of the module docstring for graph `g`."""
 
-    def __init__(self, g, coarse="auto"):
+    def __init__(self, g: Graph, coarse: bool | str = "auto") -> None:
         self.g = g
         f = self.f = flat_facts(g)
         _, _, droppable, tie = _drop_rule(g)
         self.droppable = droppable
         # the consumers of each node's outputs (edges that carry an array)
-        consumers = [set() for _ in range(g.n)]
+        consumers: list[set[int]] = [set() for _ in range(g.n)]
         for w, nf in enumerate(g.facts.nodes):
             for u, _ in nf.args:
                 if u >= 0:
@@ -130,7 +136,7 @@ class CanonicalModel:
             m.row(either, lb=1)
         self.drop = dict(raw)
         if tie is not None:
-            groups = {}
+            groups: dict[int, list[int]] = {}
             for v in range(n):
                 groups.setdefault(int(tie[v]), []).append(v)
             for vs in groups.values():
@@ -148,7 +154,8 @@ class CanonicalModel:
 
     def _recomputations(self):
         m = self.milp
-        by_node, at = {}, {}
+        by_node: dict[int, list[int]] = {}
+        at = {}
         for col, v, q in self.tl.runs:
             by_node.setdefault(v, []).append(col)
             at[v, q] = col
@@ -178,24 +185,26 @@ class CanonicalModel:
 
     # -- solutions ---------------------------------------------------------------------------
 
-    def drop_vars(self):
+    def drop_vars(self) -> dict[int, int]:
         """Distinct drop columns, with one node each."""
-        seen = {}
+        seen: dict[int, int] = {}
         for v, c in self.drop.items():
             seen.setdefault(c, v)
         return seen
 
-    def strategy(self, values):
+    def strategy(self, values: FloatArray) -> tuple[CanonicalStrategy, BoolArray]:
         """The CanonicalStrategy of a solution's labels, and its dropped set (bool per node)."""
         s = np.rint(values[self.label]).astype(np.int64)
         _, inv = np.unique(s, return_inverse=True)
         seg = inv.astype(np.int64).reshape(-1)
         return strategy_of_labels(self.g, seg, method="optimum"), dropped_of_labels(self.g, seg)
 
-    def cut(self, dropped, peak=None, cost=None):
+    def cut(self, dropped: BoolArray, peak: float | None = None,
+            cost: float | None = None) -> None:
         """Raise the model's peak (bytes) or cost (cost units) of drop set `dropped` to `peak`
         or `cost`, or exclude the set (both None)."""
-        terms, rhs = [], 1.0   # hamming distance to `dropped` = sum(terms) + 1 - rhs
+        terms: list[tuple[int, float]] = []
+        rhs = 1.0   # hamming distance to `dropped` = sum(terms) + 1 - rhs
         for c, v in self.drop_vars().items():
             if dropped[v]:
                 terms.append((c, -1))
@@ -214,7 +223,8 @@ class CanonicalModel:
                           lb=cost * rhs)
 
 
-def solve_canonical(g, budget, time_limit, coarse="auto"):
+def solve_canonical(g: Graph, budget: int | None, time_limit: float | None,
+                    coarse: bool | str = "auto") -> dict[str, Any]:
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget`.
 
     Returns
@@ -230,7 +240,7 @@ def solve_canonical(g, budget, time_limit, coarse="auto"):
             return None
         return time_limit - (time.perf_counter() - t0)
 
-    out = {"cuts": 0, "rows": model.milp.n_rows, "cols": model.milp.n_cols,
+    out: dict[str, Any] = {"cuts": 0, "rows": model.milp.n_rows, "cols": model.milp.n_cols,
            "coarse": model.coarse}
     if budget is None:
         res = _least_peak(model, left)
@@ -283,7 +293,8 @@ def _least_cost(model, budget, left):
     m = model.milp
     m.set_objective(model.cost)
     m.ub[model.tl.peak] = budget / model.tl.scale
-    best, cuts, bound = None, 0, 0
+    best, cuts = None, 0
+    bound: float = 0
     while True:
         sol = m.solve(time_limit=left())
         if sol.status == "infeasible":

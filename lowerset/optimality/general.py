@@ -29,11 +29,15 @@ References
 .. [2] Kusumoto et al., NeurIPS 2019, Sec. 3.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from typing import Any
 
 import numpy as np
 
+from ..graph import Graph
 from ..scheduling import flat_facts
 from ._milp import Milp, floor_bound
 from ._timeline import Timeline, is_coarse
@@ -69,7 +73,7 @@ def _reruns(g):
 class GeneralModel:
     """The MILP of the module docstring for graph `g`."""
 
-    def __init__(self, g, once=False, coarse="auto"):
+    def __init__(self, g: Graph, once: bool = False, coarse: bool | str = "auto") -> None:
         self.g = g
         f = flat_facts(g)
         ok, last = _reruns(g), _last_reads(g)
@@ -82,14 +86,15 @@ class GeneralModel:
         self.tl = Timeline(g, self.milp, lambda u: bool(ok[u]), cands, self.coarse)
         self.cost = {col: int(g.cost[v]) for col, v, _ in self.tl.runs}
         if once:   # each value recomputed at most once (anywhere)
-            by_node = {}
+            by_node: dict[int, list[int]] = {}
             for col, v, _ in self.tl.runs:
                 by_node.setdefault(v, []).append(col)
             for cols in by_node.values():
                 self.milp.row([(c, 1) for c in cols], ub=1)
 
 
-def solve_general(g, budget, time_limit, once=False, coarse="auto"):
+def solve_general(g: Graph, budget: int | None, time_limit: float | None, once: bool = False,
+                  coarse: bool | str = "auto") -> dict[str, Any]:
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget` then
     the peak at it; with `once`, over schedules that recompute each value at most once.
 
@@ -106,7 +111,7 @@ def solve_general(g, budget, time_limit, once=False, coarse="auto"):
     def left():
         return None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
 
-    out = {"rows": m.n_rows, "cols": m.n_cols, "coarse": model.coarse}
+    out: dict[str, Any] = {"rows": m.n_rows, "cols": m.n_cols, "coarse": model.coarse}
     first, second = ({P: 1.0}, model.cost) if budget is None else (model.cost, {P: 1.0})
     k = model.tl.scale   # P is in units of k bytes
     if budget is not None:
@@ -125,6 +130,7 @@ def solve_general(g, budget, time_limit, once=False, coarse="auto"):
         return _done(out, t0)
     status = sol.status
     best = sol.values
+    assert sol.objective is not None   # a solution found has its objective
     if status == "optimal":
         # the tie: the other objective with this one at its optimum
         m.row(list(first.items()), ub=sol.objective + (0.5 / k if budget is None else 0.5))
