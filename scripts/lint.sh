@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The linter (ruff: 99 columns, sorted imports, unused names, pyflakes' errors, numpy-style
 # docstrings; its rules are pyproject.toml's [tool.ruff]) over the packages, tests, examples
-# and scripts, then the type checker (mypy, pyproject.toml's [tool.mypy]: the files it lists,
-# lowerset). Sets up .venv if needed (scripts/venv.sh). Extra arguments go to `ruff check`,
+# and scripts, then the type checker (mypy over the packages pyproject.toml's [tool.mypy] lists,
+# its `files`). Sets up .venv if needed (scripts/venv.sh). Extra arguments go to `ruff check`,
 # e.g. --fix.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
