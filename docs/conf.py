@@ -27,7 +27,7 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "_generated", "requirements.txt"]
 myst_enable_extensions = ["dollarmath", "colon_fence"]
-myst_heading_anchors = 3
+myst_heading_anchors = 4  # the changelog's "###" headings are level 4 in its page
 
 # The frameworks a front end needs are imported where installed; where one is not (a build in an
 # environment without Chainer or PyTorch), autodoc documents that package from mocks.
