@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up the planner-only environment .venv-planner if needed, then run the test suite in it
-# (extra arguments go to pytest). CI runs it after ./scripts/test.sh.
+# Set up the planner-only environment .venv-planner if needed, then run the examples of the
+# manual's framework-free pages and the test suite in it (extra arguments go to the suite's
+# pytest). CI runs it after ./scripts/test.sh.
 #
 # It installs lowerset with its test and optimum extras only: numpy, numba and networkx as
 # setup.cfg asks, highspy (lowerset.optimum),
@@ -53,5 +54,10 @@ PYEOF
 cd "$ROOT"
 # a numba cache of its own: the one in lowerset/__pycache__ may be compiled against NumPy 1.x
 export NUMBA_CACHE_DIR="$VENV/numba-cache"
+# the examples of the manual's pages that need neither PyTorch nor Chainer (the concepts, and the
+# guides to budgets, planning and files), as doctests (docs/conftest.py gives them lowerset and
+# GRAPHS; the whole site's examples run in scripts/docs.sh); a few seconds
+"$VENV/bin/python" -m pytest -p no:cacheprovider -q --doctest-glob='*.md' docs/concepts/*.md \
+    docs/guides/budgets.md docs/guides/planning.md docs/guides/files.md docs/which-function.md
 # tests and lowerset (not setup.cfg's testpaths, which name chainer_ext for its doctests)
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider tests lowerset "$@"

@@ -1,0 +1,24 @@
+"""pytest configuration for the pages' examples, run by scripts/test_planner.sh in the
+planner-only environment (``pytest --doctest-glob='*.md'`` over the pages that need neither
+PyTorch nor Chainer). Sphinx's doctest builder (scripts/docs.sh) runs the same examples with the
+names of ``doctest_global_setup`` in docs/conf.py; this fixture gives pytest's doctests those
+names too: ``lowerset``, ``ls`` and ``GRAPHS``, the folder of the authors' ``cg_*.txt`` graphs
+($LOWERSET_GRAPHS, else ../shared/graphs beside the checkout).
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+GRAPHS = os.environ.get("LOWERSET_GRAPHS",
+                        str(Path(__file__).resolve().parents[2] / "shared" / "graphs"))
+
+
+@pytest.fixture(autouse=True)
+def _page_names(doctest_namespace):
+    import lowerset
+
+    doctest_namespace["lowerset"] = lowerset
+    doctest_namespace["ls"] = lowerset
+    doctest_namespace["GRAPHS"] = GRAPHS
