@@ -42,10 +42,12 @@ autodoc_default_options = {"members": False}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_validation_checks = set()
-# Annotations that name a class imported only under TYPE_CHECKING stay strings; a short name that
-# two front ends re-export (VerifyReport) would be an ambiguous cross-reference, so it is spelled
-# out here.
-autodoc_type_aliases = {"VerifyReport": "lowerset.verifying.VerifyReport"}
+# Signatures show names and defaults only: each docstring's Parameters section gives the types
+# with their units, and the annotations' expanded aliases (lowerset._typing.Number is
+# int | float | integer[Any] | floating[Any]) made signatures four lines long. (It also keeps a
+# string annotation of a name imported under TYPE_CHECKING, such as VerificationError's
+# VerifyReport, from becoming a cross-reference that two front ends' re-exports make ambiguous.)
+autodoc_typehints = "none"
 
 # Doctests: only the ``{doctest}`` / ``{testcode}`` blocks of the pages run (the docstrings'
 # examples run in pytest --doctest-modules, scripts/test.sh). A page's block that needs a
@@ -67,6 +69,7 @@ html_theme_options = {
     "navigation_depth": 2,
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
+    "header_links_before_dropdown": 7,
 }
 html_sidebars = {"changelog": []}
 
