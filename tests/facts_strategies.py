@@ -29,9 +29,12 @@ def graphs_with_facts(draw, min_nodes=1, max_nodes=8, max_bytes=40, made_externa
     (``external_made``, ``external_free_after``); `grads_at_start` None: some parameters'
     gradients exist at the start, sometimes; True: wherever a parameter can have one."""
     n = draw(st.integers(min_nodes, max_nodes), label="n")
-    n_ext = draw(st.integers(0, 3), label="externals")
-    externals = tuple((draw(st.sampled_from(ls.EXTERNAL_KINDS)), draw(st.integers(0, max_bytes)))
-                      for _ in range(n_ext))
+    # with grads_at_start=True, external 0 is a parameter: most graphs then have one that can
+    # hold a gradient at the start (made before the step), which the tests assume
+    n_ext = draw(st.integers(1 if grads_at_start else 0, 3), label="externals")
+    kinds = [("param",) if grads_at_start and e == 0 else ls.EXTERNAL_KINDS
+             for e in range(n_ext)]
+    externals = tuple((draw(st.sampled_from(k)), draw(st.integers(0, max_bytes))) for k in kinds)
     outs = [tuple(draw(st.lists(st.integers(0, max_bytes), min_size=1, max_size=3)))
             for _ in range(n)]
     args, edges = [], set()

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import lowerset as ls
@@ -335,7 +335,8 @@ def test_kernels_equal_the_naive_schedule(data):
     _check_against_reference(g, data.draw(canonical_strategies(g), label="strategy"))
 
 
-@settings(max_examples=examples(1), deadline=None)
+@settings(max_examples=examples(1), deadline=None,
+          suppress_health_check=[HealthCheck.filter_too_much])
 @given(st.data())
 def test_kernels_equal_the_naive_schedule_with_gradients_at_start(data):
     g = data.draw(graphs_with_facts(made_externals=True, grads_at_start=True), label="graph")
