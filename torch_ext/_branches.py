@@ -67,6 +67,9 @@ class Branches:
         See :class:`Branch`.
     """
 
+    all: list[Branch]
+    open: list[Branch]
+
     def __init__(self, strategies, model):
         self.all = []
         for s in strategies:   # a graph of the same operations as an earlier one: never run
@@ -119,8 +122,8 @@ class Branches:
                 results.append((b, check(b)))
             except StrategyMismatchError as e:
                 first = first or e
-        if not results:
-            raise first
+        if not results:   # every open branch raised: `first` is set
+            raise first  # type: ignore[misc]
         # a kept error would keep this frame and its callers' alive, and the values they
         # hold (PyTorch then hands a factory function's caller a detached alias)
         first = None

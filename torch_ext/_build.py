@@ -91,8 +91,10 @@ def _pin_readers_of_overwritten(nodes, facts_nodes):
     written buffer, except those the write ties to it (the views it writes through and the
     buffer's owner, :func:`lowerset.scheduling.inplace_groups`: dropped and recomputed
     together, in forward order, they replay the writes in order)."""
-    group = inplace_groups(SimpleNamespace(nodes=facts_nodes))
-    buffer, readers = {}, {}
+    # the facts are not made yet, and inplace_groups reads their nodes only
+    group = inplace_groups(SimpleNamespace(nodes=facts_nodes))  # type: ignore[arg-type]
+    buffer: dict[tuple[int, int], tuple[int, int] | None] = {}
+    readers: dict[tuple[int, int], list[int]] = {}
     for op in nodes:
         v = op.node
         bufs = [buffer.get(a) if a[0] >= 0 else None for a in op.args]
@@ -142,7 +144,8 @@ def _node_facts(op, n, windows, bpos, kept):
     for _, w in op.versions:
         if w not in args:
             args.append(w)
-    reads_args, reads_outputs = set(), set()
+    reads_args: set[int] = set()
+    reads_outputs: set[int] = set()
     for (u, k) in sorted(op.reads):
         if u == v:
             reads_outputs.add(k)

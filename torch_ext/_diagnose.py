@@ -14,6 +14,7 @@ operation with ``trace(..., debug=True)``, and for the differing operation of a 
 
 import os
 import sys
+from types import FrameType
 
 import torch
 
@@ -39,7 +40,7 @@ def user_frame():
     """Where the user's code dispatched the operation under way: ``(file, line, function)``
     of the innermost frame of the calling stack outside torch and torch_ext, or None where
     every frame is theirs. Walks the frames (``sys._getframe``), reading no source file."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         code = f.f_code
         if not code.co_filename.startswith(_INTERNAL):

@@ -7,7 +7,7 @@ __all__ = ["fingerprint", "describe_difference"]
 
 #: The weights of the positional sum repeat with this period (a prime below 2**16).
 _PERIOD = 65521
-_WEIGHTS = {}
+_WEIGHTS: dict[torch.device, torch.Tensor] = {}
 
 
 def _weights(n, device):

@@ -7,6 +7,9 @@ They live apart from :mod:`torch_ext.trace` (which records a step) and :mod:`tor
 them. ``torch_ext.TracedGraph`` and ``torch_ext.trace.TracedGraph`` name the same class.
 """
 
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
 import lowerset
 
 __all__ = ["TracedGraph", "TARGET_TOTAL_COST"]
@@ -54,8 +57,16 @@ class TracedGraph(lowerset.Graph):
         Bytes of the distinct parameters / other external tensors the step reads.
     """
 
-    def __init__(self, nodes, edges, cost, memory, attrs, *, facts, cost_model, flop_unit,
-                 time_unit, device):
+    cost_model: str
+    flop_unit: int | None
+    time_unit: float | None
+    device: str
+
+    def __init__(self, nodes: Sequence[int], edges: Sequence[tuple[int, int]],
+                 cost: Mapping[Hashable, int], memory: Mapping[Hashable, int],
+                 attrs: Mapping[Hashable, Mapping[str, Any]], *,
+                 facts: lowerset.ExecutionFacts, cost_model: str, flop_unit: int | None,
+                 time_unit: float | None, device: str) -> None:
         super().__init__(nodes, edges, cost, memory, attrs=attrs, facts=facts)
         self.cost_model = cost_model
         self.flop_unit = flop_unit
@@ -63,9 +74,9 @@ class TracedGraph(lowerset.Graph):
         self.device = device
 
     @property
-    def param_bytes(self):
+    def param_bytes(self) -> int:
         return sum(b for kind, b in self.facts.externals if kind == "param")
 
     @property
-    def input_bytes(self):
+    def input_bytes(self) -> int:
         return sum(b for kind, b in self.facts.externals if kind == "input")

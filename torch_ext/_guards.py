@@ -77,6 +77,6 @@ def step_device(step, model=None):
         if isinstance(obj, torch.nn.Module):
             for t in obj.parameters():
                 return t.device
-            for t in obj.buffers():
-                return t.device
+            for b in obj.buffers():
+                return b.device
     return torch.device("cpu")

@@ -121,7 +121,7 @@ def is_random(func):
 def generator_marks():
     """What changes when an operation draws from a default generator: the CPU generator's
     state and each initialised CUDA generator's offset."""
-    cuda = ()
+    cuda: tuple[int, ...] = ()
     if torch.cuda.is_initialized():
         cuda = tuple(g.get_offset() for g in torch.cuda.default_generators)
     return torch.default_generator.get_state(), cuda
@@ -148,7 +148,8 @@ def schema_writes(func, args, kwargs):
     items = [(schema.arguments[i] if i < len(schema.arguments) else None, v)
              for i, v in enumerate(args)]
     items += [(by_name.get(k), v) for k, v in (kwargs or {}).items()]
-    written, pos = set(), 0
+    written: set[int] = set()
+    pos = 0
     for a, value in items:
         n = len([x for x in tree_flatten(value)[0] if isinstance(x, torch.Tensor)])
         if a is not None and a.alias_info is not None and a.alias_info.is_write:

@@ -31,6 +31,9 @@ class ForwardCheck:
         On construction, if `graph` was not recorded by :func:`torch_ext.trace`.
     """
 
+    sequence: list[tuple[str, int | None]]   # (name, node or None)
+    _where: list[tuple[str, int, str] | None]
+
     def __init__(self, graph, model=None):
         n = graph.n
         if (not graph.has_facts or list(graph.labels) != list(range(n))

@@ -38,9 +38,12 @@ resident.
 import contextlib
 import functools
 import gc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 
+import lowerset
 from lowerset import batching
 from lowerset.batching import PLANNERS, BatchSizeResult, BatchTrial  # noqa: F401
 
@@ -105,7 +108,7 @@ class _Torch(batching.FrontEnd):
 _FRONT = _Torch()
 
 
-def extrapolate(graphs, batch_size):
+def extrapolate(graphs: Mapping[int, TracedGraph], batch_size: int) -> TracedGraph:
     """Return the traced graph of a training step at another batch size, from two traces.
 
     Parameters
@@ -131,7 +134,7 @@ def extrapolate(graphs, batch_size):
         wiring, orders, what each backward reads, random or pinned operations), or a shape
         does not extrapolate to a non-negative integer.
     """
-    return batching.extrapolate(graphs, batch_size, _FRONT)
+    return cast(TracedGraph, batching.extrapolate(graphs, batch_size, _FRONT))
 
 
 # -- real runs -----------------------------------------------------------------------------------
@@ -219,7 +222,7 @@ def _make_step(loss_fn, b, strategy, params, with_grads=()):
         del loss
         for p in () if with_grads else params:
             p.grad = None
-    step.prepare = prepare
+    step.prepare = prepare  # type: ignore[attr-defined]  # a function attribute (_prepare)
     return step
 
 
@@ -266,9 +269,14 @@ class _KeepState:
 # -- the search ----------------------------------------------------------------------------------
 
 
-def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", params=None,
-                   model=None, trace_batches=(2, 4), max_batch=1 << 16, traced=None,
-                   max_steps=None, **trace_kwargs):
+def max_batch_size(
+        loss_fn: Callable[[int], torch.Tensor], memory_limit: int | float | str,
+        planner: str | Callable[[lowerset.Graph, int], lowerset.CanonicalStrategy] | None
+        = "lowerset", *, method: str = "auto",
+        params: torch.nn.Module | Iterable[torch.Tensor] | None = None,
+        model: torch.nn.Module | None = None, trace_batches: Sequence[int] = (2, 4),
+        max_batch: int = 1 << 16, traced: Mapping[int, TracedGraph] | None = None,
+        max_steps: int | None = None, **trace_kwargs: Any) -> BatchSizeResult:
     """Return the largest batch whose PyTorch training step fits `memory_limit` bytes.
 
     See the module docstring for what "fits" means on the CPU and on CUDA, and
@@ -358,13 +366,14 @@ def max_batch_size(loss_fn, memory_limit, planner="lowerset", *, method="auto", 
     """
     limit, batches = batching.check_arguments(memory_limit, planner, trace_batches)
     # a partial: the trace looks for the model and its device in loss_fn's own closure
-    traced = batching.traced_graphs(
+    # TracedGraphs: trace's, the caller's, and _FRONT's (which builds TracedGraphs)
+    graphs = cast(dict[int, TracedGraph], batching.traced_graphs(
         lambda b: trace(functools.partial(loss_fn, b), model=model, **trace_kwargs), batches,
-        traced, _FRONT)
-    params = _params(params, model, loss_fn, traced)
-    device = next(iter(traced.values())).device
+        traced, _FRONT))
+    params = _params(params, model, loss_fn, graphs)
+    device = next(iter(graphs.values())).device
     cap = _CudaCap(device) if torch.device(device).type == "cuda" else _CpuCap()
-    return _search(loss_fn, limit, planner, method, params, traced, max_batch, max_steps, cap,
+    return _search(loss_fn, limit, planner, method, params, graphs, max_batch, max_steps, cap,
                    model)
 
 

@@ -7,6 +7,7 @@ that ``except ValueError`` and the like keep catching them. A bad argument raise
 TypeError).
 """
 
+from collections.abc import Iterable
 from typing import NamedTuple, Optional
 
 import lowerset.exceptions
@@ -24,6 +25,11 @@ class TorchExtError(LowersetError):
 class TraceError(TorchExtError, ValueError):
     """The traced step did not produce a usable graph (no operation, a loss that is not a
     scalar with a gradient, an autograd construct the trace does not model)."""
+
+
+#: ``(shape, dtype, device)`` of a tensor as an :class:`OpRecord` shows it: the shape in
+#: elements, the dtype without ``torch.`` (``"float32"``), the device as ``str`` gives it.
+TensorSignature = tuple[tuple[int, ...], str, str]
 
 
 class OpRecord(NamedTuple):
@@ -52,12 +58,14 @@ class OpRecord(NamedTuple):
         None); for this step's differing operation, always.
     """
 
-    index: int
+    # the field shadows tuple.index (the method): a public name since the record's first
+    # release, and an OpRecord is never searched with .index()
+    index: int  # type: ignore[assignment]
     op: str
     node: Optional[int]
-    inputs: Optional[tuple]
-    outputs: Optional[tuple]
-    where: Optional[tuple]
+    inputs: Optional[tuple[TensorSignature, ...]]
+    outputs: Optional[tuple[TensorSignature, ...]]
+    where: Optional[tuple[str, int, str]]
 
 
 class StrategyMismatchError(TorchExtError, StrategyError):
@@ -86,13 +94,20 @@ class StrategyMismatchError(TorchExtError, StrategyError):
         which the check found equal; empty where `operation` is None.
     """
 
-    def __init__(self, message, position=None, *, operation=None, traced=(), actual=()):
+    position: int | None
+    operation: int | None
+    traced: tuple[OpRecord, ...]
+    actual: tuple[OpRecord, ...]
+
+    def __init__(self, message: str, position: int | None = None, *,
+                 operation: int | None = None, traced: Iterable[OpRecord] = (),
+                 actual: Iterable[OpRecord] = ()) -> None:
         self.position = position
         self.operation = operation
         self.traced, self.actual = tuple(traced), tuple(actual)
         super().__init__(message)
 
-    def __str__(self):
+    def __str__(self) -> str:
         message = super().__str__()
         if self.operation is None or not (self.traced or self.actual):
             return message
@@ -157,7 +172,10 @@ class RecomputationError(TorchExtError, RuntimeError):
         The index of the first differing output of that node.
     """
 
-    def __init__(self, message, node, output):
+    node: int
+    output: int
+
+    def __init__(self, message: str, node: int, output: int) -> None:
         self.node, self.output = node, output
         super().__init__(message)
 
@@ -182,7 +200,9 @@ class MissingTorchAPIError(TorchExtError, ImportError):
         Where torch_ext looked for each missing API (dotted paths from ``torch``).
     """
 
-    def __init__(self, message, missing):
+    missing: list[str]
+
+    def __init__(self, message: str, missing: list[str]) -> None:
         self.missing = missing
         super().__init__(message)
 

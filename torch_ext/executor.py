@@ -22,6 +22,9 @@ Every decision (what to keep, drop, recompute and free, and when) is the schedul
 import collections
 import threading
 import weakref
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, Literal
 
 import torch
 
@@ -158,7 +161,19 @@ class RecomputeContext:
     .. [1] Kusumoto et al., NeurIPS 2019, Sec. 3 (canonical strategy, liveness analysis).
     """
 
-    def __init__(self, strategy=None, *, record=False, graph=None, model=None, check=False):
+    record: bool
+    check: bool
+    events: list[lowerset.Event]
+    last_step: dict[str, list[int]]
+    _log: dict[str, list[int]]
+    _recent: collections.deque[tuple[int, Any, int | None, Any]]
+    _modes: list[AbstractContextManager[Any]]
+    _owner: int | None
+
+    def __init__(self, strategy: lowerset.CanonicalStrategy | list[lowerset.CanonicalStrategy]
+                 | tuple[lowerset.CanonicalStrategy, ...] | None = None, *,
+                 record: bool = False, graph: lowerset.Graph | None = None,
+                 model: torch.nn.Module | None = None, check: bool = False) -> None:
         if model is not None:
             check_not_compiled(None, model, HookUsageError)
         self.record = bool(record)
@@ -172,18 +187,18 @@ class RecomputeContext:
     # -- per-step state ---------------------------------------------------------------------------
 
     @property
-    def strategy(self):
+    def strategy(self) -> lowerset.CanonicalStrategy:
         """The CanonicalStrategy this context runs: the branch of the step (the first open
         branch until the step shows which)."""
         return self._branches.active.strategy
 
     @property
-    def schedule(self):
+    def schedule(self) -> lowerset.Schedule:
         """The Schedule of :attr:`strategy`."""
         return self._branches.active.schedule
 
     @property
-    def expected_events(self):
+    def expected_events(self) -> list[lowerset.Event]:
         """The schedule's events in the order this context runs them (to compare with
         :attr:`events`): the drops of a schedule held back until the step showed its branch
         come where they ran."""
@@ -217,7 +232,7 @@ class RecomputeContext:
         # operations checked: this step's side of a StrategyMismatchError
         self._recent = collections.deque(maxlen=CONTEXT + 1)
 
-    def __enter__(self):
+    def __enter__(self) -> "RecomputeContext":
         if getattr(_ACTIVE, "context", None) is not None:
             raise HookUsageError("a RecomputeContext is already active in this thread; "
                                  "RecomputeContexts cannot be nested (each would drop values "
@@ -237,7 +252,8 @@ class RecomputeContext:
             m.__enter__()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         try:
             for m in reversed(self._modes):
                 m.__exit__(exc_type, exc, tb)

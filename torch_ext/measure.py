@@ -21,7 +21,9 @@ figures (``NodeFacts.forward_peak``, ``backward_peak``).
 import bisect
 import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 
@@ -41,7 +43,7 @@ __all__ = ["MemoryMeter", "MemoryMeasure", "measure_peak", "warm_cuda_libraries"
 _MARK = "lowerset::"
 
 #: (device index, stream, calling thread) triples whose cuBLAS and cuBLASLt workspaces exist.
-_WARMED = set()
+_WARMED: set[tuple[int, int, int]] = set()
 
 
 def _call_libraries(device):
@@ -64,7 +66,7 @@ class _InBackward(torch.autograd.Function):
         return grad
 
 
-def warm_cuda_libraries(device):
+def warm_cuda_libraries(device: torch.device | str) -> None:
     """Make cuBLAS's and cuBLASLt's workspaces for `device`'s current stream exist, on the
     calling thread and on autograd's thread for the device.
 
@@ -120,7 +122,7 @@ class MemoryMeasure:
     peak: int
     end: int
     device: str
-    windows: dict = field(default_factory=dict)
+    windows: dict[str, int] = field(default_factory=dict)
 
 
 class MemoryMeter:
@@ -152,13 +154,18 @@ class MemoryMeter:
     (5000, 1000)
     """
 
-    def __init__(self, device):
+    device: torch.device
+    result: MemoryMeasure | None
+    _prof: torch.profiler.profile | None
+    _cuda_marks: list[tuple[str, int, int]]
+
+    def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.result = None
         self._prof = None
         self._cuda_marks = []
 
-    def __enter__(self):
+    def __enter__(self) -> "MemoryMeter":
         if self.device.type == "cuda":
             if not torch.cuda.is_available():
                 raise MeasurementError("MemoryMeter: CUDA is not available")
@@ -175,11 +182,11 @@ class MemoryMeter:
         self._prof.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
-            windows = {}
+            windows: dict[str, int] = {}
             for name, start, high in self._cuda_marks:
                 windows[name] = max(windows.get(name, 0), high - start)
             self.result = MemoryMeasure(
@@ -187,13 +194,13 @@ class MemoryMeter:
                 end=torch.cuda.memory_allocated(self.device) - self._base,
                 device=str(self.device), windows=windows)
             return False
-        self._prof.__exit__(*exc)
+        self._prof.__exit__(*exc)  # type: ignore[union-attr]  # __enter__ made it (CPU)
         if exc[0] is None:
             self.result = _fold_profile(self._prof, str(self.device))
         return False
 
     @contextlib.contextmanager
-    def window(self, name):
+    def window(self, name: str) -> Iterator[None]:
         """Measure the highest point of the code inside, above the level at its start."""
         if self.device.type == "cuda":
             start = torch.cuda.memory_allocated(self.device)
@@ -209,14 +216,14 @@ class MemoryMeter:
         with torch.profiler.record_function(_MARK + name):
             yield
 
-    def open_window(self, name):
+    def open_window(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Start a window that :meth:`close_window` ends (for code split across callbacks)."""
         cm = self.window(name)
         cm.__enter__()
         return cm
 
     @staticmethod
-    def close_window(cm):
+    def close_window(cm: contextlib.AbstractContextManager[None]) -> None:
         """End a window :meth:`open_window` started."""
         cm.__exit__(None, None, None)
 
@@ -238,7 +245,7 @@ def _fold_profile(prof, device):
         level += b
         levels.append(level)
     peak = max([0] + levels)
-    windows = {}
+    windows: dict[str, int] = {}
     for name, start, end in marks:
         lo = bisect.bisect_left(times, start)
         hi = bisect.bisect_right(times, end)
@@ -248,8 +255,12 @@ def _fold_profile(prof, device):
     return MemoryMeasure(peak=peak, end=level, device=device, windows=windows)
 
 
-def measure_peak(fn, device="cpu"):
+_T = TypeVar("_T")
+
+
+def measure_peak(fn: Callable[[], _T], device: torch.device | str = "cpu"
+                 ) -> tuple[_T, MemoryMeasure]:
     """Run `fn()` under a :class:`MemoryMeter` and return ``(fn's result, MemoryMeasure)``."""
     with MemoryMeter(device) as meter:
         out = fn()
-    return out, meter.result
+    return out, cast(MemoryMeasure, meter.result)   # set: the block ended normally

@@ -12,13 +12,15 @@ order, and the trace measures each operation's workspace itself (``NodeFacts.for
 
 import dataclasses
 import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import torch
 
 from lowerset.exceptions import ArgumentTypeError
 
 from ._guards import step_device
-from .measure import MemoryMeter
+from .measure import MemoryMeasure, MemoryMeter
 
 __all__ = ["peak_memory", "MemoryReport"]
 
@@ -58,18 +60,20 @@ class MemoryReport:
     new_grad_bytes: int = 0
 
     @property
-    def peak_without_grads(self):
+    def peak_without_grads(self) -> int:
         """The peak less the parameter gradients the step made (bytes)."""
         return self.peak - self.new_grad_bytes
 
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         """Return the report as a dict (with ``peak_without_grads``)."""
         d = dataclasses.asdict(self)
         d["peak_without_grads"] = self.peak_without_grads
         return d
 
 
-def peak_memory(fn, *, params=None, device=None):
+def peak_memory(fn: Callable[[], object], *,
+                params: torch.nn.Module | Iterable[torch.Tensor] | None = None,
+                device: torch.device | str | None = None) -> MemoryReport:
     """Run `fn()` and return the peak bytes allocated meanwhile, with the parameters reported
     apart.
 
@@ -125,11 +129,12 @@ def peak_memory(fn, *, params=None, device=None):
     before = {id(p): _ref(p.grad) for p in ps}
     with MemoryMeter(device) as meter:
         fn()
+    measured = cast(MemoryMeasure, meter.result)   # set: the block ended normally
     grads = [p.grad for p in ps if p.grad is not None]
     new = sum(_nbytes(p.grad) for p in ps
               if p.grad is not None and before[id(p)]() is not p.grad)
-    return MemoryReport(device=str(meter.result.device), peak=int(meter.result.peak),
-                        end=int(meter.result.end), param_bytes=sum(_nbytes(p) for p in ps),
+    return MemoryReport(device=str(measured.device), peak=int(measured.peak),
+                        end=int(measured.end), param_bytes=sum(_nbytes(p) for p in ps),
                         param_grad_bytes=sum(_nbytes(g) for g in grads), new_grad_bytes=int(new))
 
 

@@ -26,6 +26,7 @@ not float free in G (each one would double the lower sets).
 
 import time
 import weakref
+from collections.abc import Callable
 
 import torch
 
@@ -52,7 +53,7 @@ __all__ = ["trace", "TracedGraph", "COST_MODELS"]
 
 #: How node costs T_v are measured: "flops" (``torch.utils.flop_counter``'s formulas; an
 #: operation it has none for counts one per output element) or "profile" (forward time).
-COST_MODELS = ("flops", "profile")
+COST_MODELS: tuple[str, ...] = ("flops", "profile")
 
 #: The key under which an autograd node's ``metadata`` names the traced operation that made it.
 _KEY = "lowerset.trace"
@@ -464,8 +465,10 @@ def _median_time(func, args, kwargs, extra, first):
     return sorted(times)[len(times) // 2]
 
 
-def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory=True,
-          model=None, accumulate_grads=False, debug=False):
+def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeats: int = 3,
+          time_unit: float = 1e-5, measure_memory: bool = True,
+          model: torch.nn.Module | None = None, accumulate_grads: bool = False,
+          debug: bool = False) -> TracedGraph:
     """Run one training step and record it as a :class:`TracedGraph`.
 
     `step()` runs the forward pass and returns the loss; the trace then runs
@@ -545,7 +548,7 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
     check_wrapper(model)
     device = step_device(step, model)
     rng = _RandomState.save()
-    meter = MemoryMeter(device) if measure_memory else _NoMeter()
+    meter: MemoryMeter | _NoMeter = MemoryMeter(device) if measure_memory else _NoMeter()
     rec = _Recorder(meter, repeats if cost_model == "profile" else 1, bool(debug))
     modes = step_modes(model, device)
     saved_grads = {}
@@ -562,7 +565,8 @@ def trace(step, *, cost_model="flops", repeats=3, time_unit=1e-5, measure_memory
                 rec._close_window()
                 rec.phase = "done"
         _check_edges(rec)
-        windows = meter.result.windows if measure_memory else {}
+        measured = meter.result if isinstance(meter, MemoryMeter) else None
+        windows = measured.windows if measured is not None else {}
         return _build(rec, loss, windows, cost_model, time_unit, str(device), modes,
                       accumulate_grads)
     finally:
@@ -605,6 +609,9 @@ class _NoMeter:
 
 class _RandomState:
     """The CPU and CUDA generators' states, to put back after the trace."""
+
+    cpu: torch.Tensor
+    cuda: list[torch.Tensor] | None
 
     @classmethod
     def save(cls):

@@ -2,8 +2,11 @@
 :class:`RecomputeContext` from the same starting state, compared bitwise
 (:mod:`lowerset.verifying` makes the report)."""
 
+from collections.abc import Callable, Iterable, Mapping
+
 import torch
 
+import lowerset
 from lowerset.exceptions import ArgumentTypeError
 from lowerset.verifying import VerificationError, VerifyReport, compare
 
@@ -14,7 +17,11 @@ from .executor import RecomputeContext
 __all__ = ["verify", "VerifyReport", "VerificationError"]
 
 
-def verify(step, strategy, *, model=None, params=None, raise_on_mismatch=False, check=True):
+def verify(step: Callable[[], torch.Tensor],
+           strategy: lowerset.CanonicalStrategy | list[lowerset.CanonicalStrategy]
+           | tuple[lowerset.CanonicalStrategy, ...], *, model: torch.nn.Module | None = None,
+           params: torch.nn.Module | Mapping[str, torch.Tensor] | Iterable[torch.Tensor]
+           | None = None, raise_on_mismatch: bool = False, check: bool = True) -> VerifyReport:
     """Run `step` once plainly and once under ``RecomputeContext(strategy)`` from the same
     state, and compare the loss, the parameters' gradients and the buffers bitwise.
 
@@ -118,6 +125,8 @@ class _State:
     step: saved at the start, put back before the planned run and at the end. With
     `start_grads`, a parameter without a gradient gets a zero one for both runs."""
 
+    rng: "_Random"   # from save_start()
+
     def __init__(self, model, params, start_grads=False):
         self.start_grads = start_grads
         self.params = _named_params(model, params)   # name -> tensor
@@ -125,7 +134,6 @@ class _State:
         self.watch_buffers = model is None
         self.found = {}                                # name -> (tensor, value before)
         self.saved = []                                # _Saved of each parameter and buffer
-        self.rng = None
 
     def save_start(self):
         self.rng = _Random.save()
@@ -222,6 +230,9 @@ def _named_params(model, params):
 
 class _Random:
     """The CPU generator's state and, once CUDA is initialized, every CUDA device's."""
+
+    cpu: torch.Tensor
+    cuda: list[torch.Tensor] | None
 
     @classmethod
     def save(cls):
