@@ -174,7 +174,8 @@ def _import_error(e):
     missing = getattr(e, "name", None)
     if missing == "chainer":
         return ModuleNotFoundError(f"chainer_ext needs Chainer 7.8.1, which is not installed: "
-                                   f"{INSTALL_HINT} (see the README's Install section)",
+                                   f"{INSTALL_HINT} (see the manual's install page, "
+                                   "docs/getting-started/install.md)",
                                    name="chainer")
     if missing == "pkg_resources":
         return ModuleNotFoundError("Chainer 7.8.1 imports pkg_resources, which this setuptools "

@@ -9,7 +9,7 @@ CuPy's default pool hands out during the call and not yet given back
 before it and freed during it (the previous step's gradients) does not lower the figure.
 
 :func:`peak_memory` also reports the *boundary peak*, the highest memory in use at function
-boundaries (``_boundary.py``), and the figures of the README's Table 1
+boundaries (``_boundary.py``), and the figures of the paper's Table 1
 (:meth:`MemoryReport.table1_columns`).
 """
 
@@ -96,7 +96,7 @@ class MemoryReport:
         return d
 
     def table1_columns(self, input_bytes: int = 0) -> dict[str, int]:
-        """The four peaks of the README's Table 1, in bytes.
+        """The four peaks of the paper's Table 1 as the benchmark reports them, in bytes.
 
         Parameters
         ----------
@@ -278,7 +278,7 @@ def peak_memory(fn: Callable[[], object], *,
                 hooks: chainer.FunctionHook | Iterable[chainer.FunctionHook] = ()
                 ) -> MemoryReport:
     """Run `fn()` and return the peak bytes allocated meanwhile, with parameters reported apart
-    and the boundary peak (the figures of the README's Table 1).
+    and the boundary peak (the figures of the paper's Table 1).
 
     Both peaks count from what is allocated when `fn` starts, so arrays made before it
     (parameters, the input batch) are not in them; :meth:`MemoryReport.table1_columns` adds

@@ -30,8 +30,11 @@ import lowerset as ls  # noqa: E402
 from _machine import machine_info, machine_line  # noqa: E402
 
 NAMES = ["pspnet", "unet", "resnet50", "resnet152", "vgg19", "densenet", "googlenet"]
-TARGETS = {"exact": 10.0, "approx": 0.5, "approx_min": 0.05, "min_budget": 10.0}
-BUDGET_TARGETS = {"exact": 10.0, "approx": 0.5}
+# seconds per call: the pruned family ("approx") is the fast one; every other method searches
+# a larger family ("ordered", "contracted", all lower sets: "exact") and has the exact's target
+TARGETS = {"exact": 10.0, "ordered": 10.0, "contracted": 10.0, "approx": 0.5,
+           "approx_min": 0.05, "min_budget": 10.0}
+BUDGET_TARGETS = {"exact": 10.0, "ordered": 10.0, "contracted": 10.0, "approx": 0.5}
 
 
 def default_graph_dir():
@@ -227,8 +230,9 @@ def main(argv=None):
         print(f"  {rows[-1]['graph']}: done", file=sys.stderr, flush=True)
     print(markdown(rows))
     misses = check_targets(rows)
-    print("\nTargets (exact <= 10 s, approx <= 0.5 s and <= 50 ms at min budget, "
-          "min_budget <= 10 s): " + ("all met" if not misses else "MISSED: " + "; ".join(misses)))
+    met = "all met" if not misses else "MISSED: " + "; ".join(misses)
+    print("\nTargets (exact, ordered, contracted <= 10 s, approx <= 0.5 s and <= 50 ms at "
+          "min budget, min_budget <= 10 s): " + met)
     print("\nPlanning to device budgets (lowerset.solve / min_peak, the graphs' default "
           "execution facts, each call on a fresh graph):\n")
     print(markdown_budgets(budget_rows))
@@ -238,7 +242,7 @@ def main(argv=None):
     slow += [f"{r['graph']} {m} min_peak: {fmt_s(r[m]['t_min_peak'])} s" for r in budget_rows
              for m in ls.METHODS if r[m]["t_min_peak"] == "timeout"
              or r[m]["t_min_peak"] > BUDGET_TARGETS[m]]
-    print("\nTargets (per call: <= 10 s exact, <= 0.5 s approx): "
+    print("\nTargets (per call: <= 10 s exact, ordered, contracted, <= 0.5 s approx): "
           + ("all met" if not slow else "MISSED: " + "; ".join(slow)))
     if args.json:
         args.json.write_text(json.dumps({"machine": info, "rows": rows,

@@ -667,7 +667,7 @@ def search(traced: dict[int, Graph], limit: int,
         (default): no bound, so the steps reach batch 1 or `max_batch` within log2 of the
         distance. A real step that runs out of memory ends early, and an allocator that holds
         more than the bytes in use can put the answer far below the prediction (over a third
-        below on a GPU under CuPy's pool limit: the README's Figure 4).
+        below on a GPU under CuPy's pool limit: the Figure 4 benchmark page).
     device : str
         Recorded in the result.
 

@@ -38,9 +38,10 @@ _FIRST_TCAP = 4
 # With the A* bound lb0 of the empty set, the deepening starts at lb0 times the ratio of the
 # optimum to lb0 in the family's last pass, times this margin; a priced bound's first pass in
 # a family, with no ratio yet, takes the ratio 1 (its lb0 lies a few per cent below the
-# optimum: see the README's planner section). A pass's work grows with its cap's excess over
-# the optimum, and a start that fails goes on 4x its excess over lb0 (:func:`_next_cap`), so
-# the margin is tight: neighbouring budgets' ratios mostly differ by less than 1%.
+# optimum: see the manual's page on how the planner searches). A pass's work grows with its
+# cap's excess over the optimum, and a start that fails goes on 4x its excess over lb0
+# (:func:`_next_cap`), so the margin is tight: neighbouring budgets' ratios mostly differ by
+# less than 1%.
 _RATIO_MARGIN = 1.01
 # time_front runs one pass at its overhead bound, not the deepening from its start, where the
 # start lies at least this share of the bound: the pass at the bound reads at most a quarter

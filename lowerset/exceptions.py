@@ -28,6 +28,7 @@ __all__ = [
     "NoBatchFitsError",
     "VerificationError",
     "TimeLimitWarning",
+    "UnmodeledMemoryWarning",
 ]
 
 
@@ -120,6 +121,12 @@ class TimeLimitWarning(UserWarning):
     """A planner call (``solve``, ``min_peak``, ``pareto``) reached its time limit and returned
     the best plan it had found; the message names the steps it cut and how to search further
     (``time_limit=None``)."""
+
+
+class UnmodeledMemoryWarning(UserWarning):
+    """The step allocates memory its schedule leaves out, so a measured peak can be above the
+    prediction; the message names what is left out (a front end warns when it traces such a
+    step, e.g. ``torch_ext.trace`` of a model sharded by FSDP2)."""
 
 
 class FormatError(LowersetError, ValueError):

@@ -531,6 +531,13 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
         DistributedDataParallel in its first two steps (which run other operations than the
         steps after: run two steps, then trace) or holds an FSDP1 module.
 
+    Warns
+    -----
+    lowerset.UnmodeledMemoryWarning
+        If `model` holds a module sharded by FSDP2 (``fully_shard``): the schedule leaves out
+        the parameters FSDP2 gathers and frees around each module in the backward pass and its
+        reduce-scatter buffers, so a step's measured peak is above the prediction.
+
     Notes
     -----
     Without `accumulate_grads`, the schedule assumes the parameters' gradients are None when
