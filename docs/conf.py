@@ -22,6 +22,7 @@ extensions = [
     "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
     "results_pages",
+    "errors_table",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
