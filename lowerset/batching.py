@@ -195,7 +195,15 @@ class Affine:
         return (v2 - v1) * (self.b - self.b1)
 
     def exact(self, v1: int, v2: int, what: str) -> int:
-        """The value at the batch size: a non-negative integer, or `error` naming `what`."""
+        """The value at the batch size: a non-negative integer, or `error` naming `what`.
+
+        Parameters
+        ----------
+        v1, v2 : int
+            The value at the two traced batch sizes.
+        what : str
+            What the value is, for the error message.
+        """
         num, den = self._num(v1, v2), self.b2 - self.b1
         if num % den:
             raise self.error(
@@ -211,15 +219,30 @@ class Affine:
 
     def rounded(self, v1: int, v2: int, what: str) -> int:
         """The value at the batch size, rounded to an integer, 0 where it would be negative (a
-        measured size: workspace that shrank between two small batches). `what` is unused (the
-        same signature as :meth:`exact`)."""
+        measured size: workspace that shrank between two small batches).
+
+        Parameters
+        ----------
+        v1, v2 : int
+            The value at the two traced batch sizes.
+        what : str
+            Unused (the same signature as :meth:`exact`).
+        """
         num, den = self._num(v1, v2), self.b2 - self.b1
         if num % den:
             return max(0, int(round(v1 + num / den)))
         return max(0, int(v1 + num // den))
 
     def shape(self, s1: Sequence[int], s2: Sequence[int], what: str) -> list[int]:
-        """An array shape at the batch size (each dimension :meth:`exact`)."""
+        """An array shape at the batch size (each dimension :meth:`exact`).
+
+        Parameters
+        ----------
+        s1, s2 : sequence of int
+            The shape at the two traced batch sizes.
+        what : str
+            What the array is, for the error message.
+        """
         if len(s1) != len(s2):
             raise self.error(f"{what}: shapes {s1} and {s2} differ in rank between batch sizes "
                              f"{self.b1} and {self.b2}")
@@ -247,8 +270,17 @@ class FrontEnd:
 
     def scale_attrs(self, v: Hashable, a1: Mapping[str, Any], a2: Mapping[str, Any],
                     at: Affine) -> dict[str, Any]:
-        """The attributes of node `v` at ``at.b``, from `a1` and `a2` at the two traced batch
-        sizes (`at`: :class:`Affine`); raise ``at.error`` when they do not scale."""
+        """The attributes of node `v` at ``at.b``; raise ``at.error`` when they do not scale.
+
+        Parameters
+        ----------
+        v : hashable
+            The node's label.
+        a1, a2 : mapping
+            Its attributes at the two traced batch sizes.
+        at : Affine
+            The batch sizes.
+        """
         if a1 != a2:
             raise at.error(f"node {v}: its attributes are {a1!r} at batch {at.b1} and {a2!r} at "
                            f"batch {at.b2}; only sizes may change with the batch size")
@@ -258,7 +290,15 @@ class FrontEnd:
               edges: Iterable[tuple[Hashable, Hashable]], cost: Mapping[Hashable, int],
               memory: Mapping[Hashable, int], attrs: Mapping[Hashable, Mapping[str, Any]],
               facts: ExecutionFacts) -> Graph:
-        """The graph at the new batch size (`like`: the graph traced at the smaller one)."""
+        """The graph at the new batch size.
+
+        Parameters
+        ----------
+        like : Graph
+            The graph traced at the smaller batch size.
+        labels, edges, cost, memory, attrs, facts
+            The new graph's, as :class:`lowerset.Graph` takes them.
+        """
         return Graph(labels, edges, cost, memory, attrs=attrs, facts=facts)
 
 
@@ -402,7 +442,13 @@ def check_extrapolation(graphs: Mapping[int, Graph], front: FrontEnd | None = No
 
 
 def planner_name(planner: Planner) -> str:
-    """"plain" for None, the string itself, or a callable's ``__name__``."""
+    """"plain" for None, the string itself, or a callable's ``__name__``.
+
+    Parameters
+    ----------
+    planner : None, str or callable
+        As :func:`least_peak` takes it.
+    """
     if planner is None:
         return "plain"
     if isinstance(planner, str):
@@ -418,6 +464,17 @@ def least_peak(graph: Graph, memory_limit: int, planner: Planner = "lowerset",
     last plan of :func:`lowerset.pareto` (the least peak the planner finds); a callable: the
     peak of its plan at `memory_limit` (None if it raises
     :class:`lowerset.InfeasibleBudgetError`).
+
+    Parameters
+    ----------
+    graph : Graph
+        The traced step.
+    memory_limit : int
+        Bytes; a callable planner's budget.
+    planner : None, "chen", "lowerset" or callable, default "lowerset"
+        Whose plans.
+    method : str, default "auto"
+        The planner method of "lowerset" (:func:`lowerset.pareto`).
 
     Examples
     --------
@@ -495,6 +552,15 @@ def predict(graph: Graph, memory_limit: int, planner: Planner = "lowerset", meth
 def check_arguments(memory_limit: int | float | str, planner: Planner,
                     trace_batches: Iterable[int]) -> tuple[int, list[int]]:
     """Validate the arguments a front end's ``max_batch_size`` shares.
+
+    Parameters
+    ----------
+    memory_limit : int, float or str
+        Bytes, or a size such as ``"6MB"``.
+    planner : None, str or callable
+        One of :data:`PLANNERS`, or a callable.
+    trace_batches : iterable of int
+        The batch sizes to trace.
 
     Returns
     -------
@@ -696,7 +762,13 @@ def search(traced: dict[int, Graph], limit: int,
     trials = []
 
     def real(b):
-        """Run the plans of batch b until one fits; return (trial, strategy) of the last run."""
+        """Run the plans of batch b until one fits; return (trial, strategy) of the last run.
+
+        Parameters
+        ----------
+        b : int
+            The batch size.
+        """
         last = None
         for plan_name, s, peak in pred.planned(b)[0]:
             ok, measured, err, *held = run(b, s, pred.graph(b))

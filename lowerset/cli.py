@@ -268,7 +268,15 @@ def _resolve_method(a, g):
 
 
 def cmd_plan(a: argparse.Namespace, out: IO[str]) -> None:
-    """``lowerset plan``: solve and write the strategy."""
+    """``lowerset plan``: solve and write the strategy.
+
+    Parameters
+    ----------
+    a : argparse.Namespace
+        The parsed command line.
+    out : file
+        Where the report is written (standard output).
+    """
     from .exceptions import InfeasibleBudgetError
     from .planner import solve
 
@@ -333,7 +341,15 @@ def _write_events(sc, out):
 
 
 def cmd_simulate(a: argparse.Namespace, out: IO[str]) -> None:
-    """``lowerset simulate``: the schedule's figures, optionally its pictures."""
+    """``lowerset simulate``: the schedule's figures, optionally its pictures.
+
+    Parameters
+    ----------
+    a : argparse.Namespace
+        The parsed command line.
+    out : file
+        Where the report is written (standard output).
+    """
     s = _read_plan(a.plan)
     sc = s.schedule
     g = s.graph
@@ -375,7 +391,15 @@ def _save(ax, path, out):
 
 
 def cmd_pareto(a: argparse.Namespace, out: IO[str]) -> None:
-    """``lowerset pareto``: the front, Chen's and the paper's points."""
+    """``lowerset pareto``: the front, Chen's and the paper's points.
+
+    Parameters
+    ----------
+    a : argparse.Namespace
+        The parsed command line.
+    out : file
+        Where the report is written (standard output).
+    """
     from . import baselines
     from .planner import pareto, solve
 
@@ -419,7 +443,15 @@ def cmd_pareto(a: argparse.Namespace, out: IO[str]) -> None:
 
 
 def cmd_dtr(a: argparse.Namespace, out: IO[str]) -> None:
-    """``lowerset dtr``: DTR simulated on the step of GRAPH, summarised as ``simulate`` does."""
+    """``lowerset dtr``: DTR simulated on the step of GRAPH, summarised as ``simulate`` does.
+
+    Parameters
+    ----------
+    a : argparse.Namespace
+        The parsed command line.
+    out : file
+        Where the report is written (standard output).
+    """
     from .baselines.dtr import dtr
     from .units import parse_size
 
@@ -446,7 +478,15 @@ def cmd_dtr(a: argparse.Namespace, out: IO[str]) -> None:
 
 
 def cmd_min_budget(a: argparse.Namespace, out: IO[str]) -> None:
-    """``lowerset min-budget``: the least feasible budget."""
+    """``lowerset min-budget``: the least feasible budget.
+
+    Parameters
+    ----------
+    a : argparse.Namespace
+        The parsed command line.
+    out : file
+        Where the report is written (standard output).
+    """
     g = read_graph(a.graph)
     _resolve_method(a, g)
     with progress(f"min-budget {os.path.basename(a.graph)}", not a.no_progress):

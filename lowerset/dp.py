@@ -157,6 +157,17 @@ def same_families(G: Graph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
     gives the other's result (each lower set of G is ∅, V or the ancestors of one node:
     chains, DenseNet's blocks, a U-Net without parallel branches). Cached per graph.
 
+    Parameters
+    ----------
+    G : Graph
+        The graph.
+    max_lower_sets : int
+        Raise instead of enumerating more lower sets than this.
+    deadline : Deadline
+        When to stop (the planner call's time limit).
+    method : {"exact", "contracted"}
+        The family compared with the pruned one.
+
     Raises
     ------
     SearchLimitError
@@ -883,15 +894,23 @@ def time_front(G: Graph, budget: Number, method: str = "exact", *,
     (caps 4, 16, 64, ... cost units, at most `overhead_bound`) stops at the first cap that
     reaches V, so the front holds the states up to that cap.
 
-    Parameters, errors and references as :func:`solve`; `budget` is required.
-    `overhead_floor` (cost units) is an overhead no strategy within `budget` goes below (the
-    optimum at a larger budget): the deepening starts at twice it, which saves its first
-    passes; the front then reaches up to that cap. With `start_at_bound`, or where that start
-    lies at least :data:`_JUMP_SHARE` of `overhead_bound`, one pass capped at `overhead_bound`
-    (where it is close to the optimum: the optimum at a slightly smaller budget) replaces the
-    deepening's passes, and its front is cut at the cap where the deepening stops: the same
-    strategies (the states of overhead up to a cap, and their back-pointers, do not depend on
-    how far above it a pass is capped; see :func:`_kernels.dp_fronts`).
+    Errors and references as :func:`solve`.
+
+    Parameters
+    ----------
+    G, budget, method, max_lower_sets, time_limit, overhead_bound
+        As :func:`solve`; `budget` is required.
+    overhead_floor : int, default 0
+        An overhead (cost units) no strategy within `budget` goes below (the optimum at a
+        larger budget): the deepening starts at twice it, which saves its first passes; the
+        front then reaches up to that cap.
+    start_at_bound : bool, default False
+        True, or a start at least :data:`_JUMP_SHARE` of `overhead_bound`, replaces the
+        deepening's passes by one pass capped at `overhead_bound` (where it is close to the
+        optimum: the optimum at a slightly smaller budget), its front cut at the cap where the
+        deepening stops: the same strategies (the states of overhead up to a cap, and their
+        back-pointers, do not depend on how far above it a pass is capped; see
+        :func:`_kernels.dp_fronts`).
 
     Returns
     -------

@@ -65,14 +65,16 @@ class StrategyError(LowersetError, ValueError):
 
 class InfeasibleBudgetError(LowersetError):
     """No canonical strategy fits the budget (the step's schedule peak, or eq. (2) for the
-    paper's model).
+    paper's model). Each parameter is kept as the attribute of the same name.
 
-    Attributes
+    Parameters
     ----------
     budget : int
         The budget asked for, in bytes.
     min_budget : int or None
         The smallest feasible budget in bytes for the same method, when it is known.
+    method : str or None
+        The planner method that found no strategy, when one is named.
     reason : str or None
         What failed, when the method says (``lowerset.baselines.dtr``: the function and the
         bytes it needed).
@@ -104,8 +106,10 @@ class SearchLimitError(LowersetError):
     """The search is too large: too many lower sets, the caller's time limit passed, or the
     search would not fit in the memory available.
 
-    Attributes
+    Parameters
     ----------
+    message : str
+        The error message.
     limit : str
         Which limit was hit: "max_lower_sets", "time_limit" or "memory".
     """
@@ -130,12 +134,14 @@ class UnmodeledMemoryWarning(UserWarning):
 
 
 class FormatError(LowersetError, ValueError):
-    """A graph or strategy file is malformed.
+    """A graph or strategy file is malformed; the message starts with the file and line.
 
-    Attributes
+    Parameters
     ----------
-    path : str
-        The file.
+    message : str
+        What is wrong.
+    path : str or PathLike
+        The file (kept as a str).
     lineno : int or None
         1-based line number of the problem, when it is tied to a line.
     """
@@ -159,13 +165,16 @@ class BatchScalingError(LowersetError, ValueError):
 class NoBatchFitsError(InfeasibleBudgetError):
     """Not even the smallest batch fits the memory limit (:func:`lowerset.batching.search`).
 
-    Attributes
+    Parameters
     ----------
+    message : str
+        The error message.
     budget : int
         The memory limit, bytes.
     min_budget : int or None
         The least whole-step peak at `batch_size` (bytes), predicted or measured.
     batch_size : int
+        The smallest batch size tried.
     """
 
     batch_size: int
@@ -184,9 +193,10 @@ class VerificationError(LowersetError, AssertionError):
     """A step under a plan differs from a plain step (a front end's ``verify`` with
     ``raise_on_mismatch=True``).
 
-    Attributes
+    Parameters
     ----------
     report : lowerset.verifying.VerifyReport
+        What differs; kept as ``.report``.
     """
 
     report: VerifyReport

@@ -133,14 +133,21 @@ class NodeFacts:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeFacts:
-        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
+        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict.
+
+        Parameters
+        ----------
+        d : mapping
+            What :meth:`to_dict` returned (or its JSON read back).
+        """
         kw = {f.name: _tuplify(d[f.name]) for f in fields(cls) if f.name in d}
         kw["args"] = tuple(tuple(a) for a in kw["args"])
         return cls(**kw)
 
 
+# a dataclass: numpydoc's lint reads no __init__ in the source, the fields are the parameters
 @dataclass(frozen=True)
-class ExecutionFacts:
+class ExecutionFacts:  # numpydoc ignore=PR02
     """How a training step over G runs: one :class:`NodeFacts` per node and the step's order.
 
     Parameters
@@ -235,7 +242,13 @@ class ExecutionFacts:
                 + sum(self.external_size(e) for e in self.grads_at_start))
 
     def check(self, graph: Graph) -> None:
-        """Raise GraphError naming the first fact that does not fit `graph`."""
+        """Raise GraphError naming the first fact that does not fit `graph`.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph whose node ids these facts index.
+        """
         n = graph.n
         if len(self.nodes) != n:
             raise GraphError(f"execution facts describe {len(self.nodes)} nodes, "
@@ -339,20 +352,37 @@ class ExecutionFacts:
 
     def external_target(self, e: int) -> int:
         """The external array whose gradient external `e`'s gradient is summed into (itself,
-        or the root of its `external_bases` chain)."""
+        or the root of its `external_bases` chain).
+
+        Parameters
+        ----------
+        e : int
+            Index of an external array (into `externals`).
+        """
         while self.external_bases and self.external_bases[e] >= 0:
             e = self.external_bases[e]   # an earlier external: the chain ends
         return e
 
     def external_size(self, e: int) -> int:
-        """Bytes of external array `e` (its gradient's size; see `external_sizes`)."""
+        """Bytes of external array `e` (its gradient's size; see `external_sizes`).
+
+        Parameters
+        ----------
+        e : int
+            Index of an external array (into `externals`).
+        """
         return self.external_sizes[e] if self.external_sizes else self.externals[e][1]
 
     def keyed(self, labels: Sequence[Hashable], measured: bool = True) -> tuple[Hashable, ...]:
         """A hashable form with node ids replaced by `labels` (for graph equality).
 
-        With ``measured=False`` it leaves out the measured workspace peaks (``forward_peak``,
-        ``backward_peak``), which vary by a few bytes between two traces of the same step.
+        Parameters
+        ----------
+        labels : sequence of hashable
+            The label of each node id.
+        measured : bool, default True
+            False leaves out the measured workspace peaks (``forward_peak``,
+            ``backward_peak``), which vary by a few bytes between two traces of the same step.
         """
         def lab(src):
             return labels[src] if src >= 0 else ("external", ~src)
@@ -385,7 +415,13 @@ class ExecutionFacts:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ExecutionFacts:
-        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict."""
+        """Inverse of :meth:`to_dict`; raises KeyError or TypeError on a malformed dict.
+
+        Parameters
+        ----------
+        d : mapping
+            What :meth:`to_dict` returned (or its JSON read back).
+        """
         return cls(nodes=tuple(NodeFacts.from_dict(x) for x in d["nodes"]),
                    forward_order=tuple(d["forward_order"]),
                    backward_order=tuple(d["backward_order"]),

@@ -312,14 +312,29 @@ class Graph:
 
     @classmethod
     def chain(cls, n: int, cost: int = 1, memory: int = 1) -> Graph:
-        """Return the path graph 0 -> 1 -> ... -> n-1 with constant cost and memory."""
+        """Return the path graph 0 -> 1 -> ... -> n-1 with constant cost and memory.
+
+        Parameters
+        ----------
+        n : int
+            Number of nodes.
+        cost : int, default 1
+            T_v of every node, cost units.
+        memory : int, default 1
+            M_v of every node, bytes.
+        """
         nodes = list(range(n))
         return cls(nodes, zip(nodes[:-1], nodes[1:]), {v: cost for v in nodes},
                    {v: memory for v in nodes})
 
     def with_facts(self, facts: ExecutionFacts) -> Graph:
         """Return a :class:`Graph` with the same nodes, edges, costs, memory and attrs and
-        `facts` (an :class:`ExecutionFacts` indexed by this graph's node ids).
+        `facts`.
+
+        Parameters
+        ----------
+        facts : ExecutionFacts
+            Indexed by this graph's node ids.
 
         Raises
         ------
@@ -351,11 +366,23 @@ class Graph:
         return (self.n + 63) // 64
 
     def preds(self, i: int) -> npt.NDArray[np.int64]:
-        """Ids of the predecessors of node id `i` (ndarray of int64)."""
+        """Ids of the predecessors of node id `i` (ndarray of int64).
+
+        Parameters
+        ----------
+        i : int
+            A node id.
+        """
         return self.pred_idx[self.pred_ptr[i] : self.pred_ptr[i + 1]]
 
     def succs(self, i: int) -> npt.NDArray[np.int64]:
-        """Ids of the successors of node id `i` (ndarray of int64)."""
+        """Ids of the successors of node id `i` (ndarray of int64).
+
+        Parameters
+        ----------
+        i : int
+            A node id.
+        """
         return self.succ_idx[self.succ_ptr[i] : self.succ_ptr[i + 1]]
 
     def mask(self, nodes: Iterable[Hashable] | npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
@@ -387,7 +414,13 @@ class Graph:
         return out
 
     def nodes_of(self, mask: npt.ArrayLike) -> frozenset[Hashable]:
-        """Return the frozenset of labels whose entry in the bool mask (shape (n,)) is True."""
+        """Return the frozenset of labels whose entry in `mask` is True.
+
+        Parameters
+        ----------
+        mask : array_like of bool, shape (n,)
+            One entry per node id.
+        """
         return frozenset(self.labels[i] for i in np.flatnonzero(mask))
 
     def total_cost(self) -> int:
@@ -412,6 +445,13 @@ class Graph:
     def matches(self, other: object) -> bool:
         """Whether `other` is the same graph up to node order and measured workspace peaks.
 
+        Parameters
+        ----------
+        other : object
+            Any object; only a :class:`Graph` can match.
+
+        Notes
+        -----
         Equal nodes, costs (cost units), memory (bytes), edges and execution facts, leaving out
         the facts' measured ``forward_peak``/``backward_peak`` bytes. A strategy planned on one
         trace of a step binds to another trace of it (another process, another worker) when the

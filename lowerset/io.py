@@ -27,6 +27,11 @@ def paper_cost(function_name: str) -> int:
 
     A function counts as a convolution when its class name starts with ``"Conv"``
     (``Convolution2DFunction``, ``ConvolutionND``...). ``Deconvolution2DFunction`` does not.
+
+    Parameters
+    ----------
+    function_name : str
+        The class name of the function.
     """
     return 10 if function_name.startswith("Conv") else 1
 
@@ -326,6 +331,13 @@ def save_graph(G: Graph, path: str | os.PathLike[str]) -> None:
 
     The file is replaced atomically, as by :func:`save_strategy`.
 
+    Parameters
+    ----------
+    G : Graph
+        The graph to write.
+    path : str or PathLike
+        The file.
+
     Raises
     ------
     GraphError
@@ -348,6 +360,11 @@ def save_graph(G: Graph, path: str | os.PathLike[str]) -> None:
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """Read a graph written by :func:`save_graph`.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file.
 
     Raises
     ------

@@ -56,7 +56,13 @@ Family = namedtuple(
 
 
 def bits_of_mask(mask: npt.ArrayLike) -> npt.NDArray[np.uint64]:
-    """Pack a bool mask, shape (n,), into a uint64 bitset, shape (ceil(n / 64),)."""
+    """Pack a bool mask into a uint64 bitset, shape (ceil(n / 64),).
+
+    Parameters
+    ----------
+    mask : array_like of bool, shape (n,)
+        One entry per node id.
+    """
     mask = np.asarray(mask, dtype=bool)
     n_words = (mask.shape[0] + 63) // 64
     padded = np.zeros(n_words * 64, dtype=bool)
@@ -65,8 +71,15 @@ def bits_of_mask(mask: npt.ArrayLike) -> npt.NDArray[np.uint64]:
 
 
 def mask_of_bits(bits: npt.ArrayLike, n: int) -> BoolArray:
-    """Unpack a uint64 bitset, shape (W,), into a bool mask, shape (n,); or bitsets, shape
-    (k, W), into masks, shape (k, n)."""
+    """Unpack a uint64 bitset into a bool mask, shape (n,); or bitsets into masks, shape (k, n).
+
+    Parameters
+    ----------
+    bits : array_like of uint64, shape (W,) or (k, W)
+        One bitset, or k of them.
+    n : int
+        Number of nodes.
+    """
     bits = np.ascontiguousarray(bits, dtype="<u8")
     raw = bits.view(np.uint8).reshape(bits.shape[:-1] + (-1, 1))
     bools = np.unpackbits(raw, axis=-1)[..., ::-1]
@@ -104,6 +117,13 @@ def is_lower_set(G: Graph, nodes: NodeSet) -> bool:
 @requires_graph
 def check_lower_set(G: Graph, nodes: NodeSet) -> BoolArray:
     """Return the bool mask (shape (n,)) of `nodes`, or raise if it is not a lower set.
+
+    Parameters
+    ----------
+    G : Graph
+        The graph.
+    nodes : iterable of hashable
+        Node labels of `G`.
 
     Raises
     ------
@@ -347,6 +367,11 @@ def count_lower_sets(G: Graph, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS) -> 
 def pruned_lower_sets(G: Graph) -> dict[Hashable, frozenset[Hashable]]:
     """Return the pruned family {L_v : v ∈ V} of Sec. 4.3, L_v = {w : v is reachable from w}.
 
+    Parameters
+    ----------
+    G : Graph
+        The graph.
+
     Returns
     -------
     dict
@@ -414,6 +439,11 @@ def ordered_lower_sets(G: Graph) -> list[frozenset[Hashable]]:
     paper searches the pruned family alone); ``dp.solve(..., method="ordered")`` runs the
     paper's DP over it.
 
+    Parameters
+    ----------
+    G : Graph
+        The graph.
+
     Returns
     -------
     list of frozenset
@@ -442,6 +472,11 @@ def contraction(G: Graph) -> tuple[IntArray, Graph]:
     recomputation that the schedule would not charge to the first node, but every way of
     splitting it multiplies the lower sets: on traced transformer stacks the groups divide
     them by 7 to 13 (GPT-like: 1,450 a layer to 116).
+
+    Parameters
+    ----------
+    G : Graph
+        The graph.
 
     Returns
     -------

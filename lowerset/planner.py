@@ -122,7 +122,13 @@ def _ladder(lo, hi, n):
 def default_time_limit(G: Graph) -> float:
     """The time limit (seconds) of a planner call on `G` when the caller gives none:
     :data:`DEFAULT_SECONDS` up to :data:`DEFAULT_NODES` nodes, :data:`SECONDS_PER_NODE` more
-    per node above (58 s at 10,000 nodes)."""
+    per node above (58 s at 10,000 nodes).
+
+    Parameters
+    ----------
+    G : Graph
+        The graph planned; its node count sets the limit.
+    """
     return DEFAULT_SECONDS + SECONDS_PER_NODE * max(0, G.n - DEFAULT_NODES)
 
 
@@ -571,6 +577,8 @@ def min_peak(G: Graph, method: str = "auto", *, measure: str = "step",
 
     Parameters
     ----------
+    G, method
+        As :func:`pareto`.
     measure : {"step", "activations"}
         The peak minimised. "step": the whole step's device bytes (``schedule.peak``).
         "activations": the paper's memory, activations and their gradients at function
@@ -578,7 +586,7 @@ def min_peak(G: Graph, method: str = "auto", *, measure: str = "step",
         (the schedule over :func:`lowerset.activation_facts`); the plan is planned on
         ``G.with_facts(activation_facts(G.facts))`` and returned on `G`, so its ``schedule``
         is still the whole step's.
-    G, method, max_lower_sets, time_limit, progress
+    max_lower_sets, time_limit, progress
         As :func:`pareto`.
 
     Returns

@@ -42,7 +42,13 @@ _UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2*
 
 
 def new_axes(figsize: tuple[float, float] = (8, 4)) -> Axes:
-    """Return the Axes of a new matplotlib Figure (no pyplot, no GUI backend)."""
+    """Return the Axes of a new matplotlib Figure (no pyplot, no GUI backend).
+
+    Parameters
+    ----------
+    figsize : (float, float), default (8, 4)
+        Width and height of the figure, inches.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize, layout="constrained")

@@ -88,7 +88,17 @@ AHEAD = 2
 
 
 def strategy_of_labels(graph: Graph, seg: IntArray, **meta: Any) -> CanonicalStrategy:
-    """The :class:`CanonicalStrategy` of a monotone labelling without empty segments."""
+    """The :class:`CanonicalStrategy` of a monotone labelling without empty segments.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph labelled.
+    seg : ndarray of int64, shape (n,)
+        The 0-based segment of each node id.
+    **meta
+        As :meth:`CanonicalStrategy.from_segments`.
+    """
     return CanonicalStrategy.from_segments(graph, seg, **meta)
 
 

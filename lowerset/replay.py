@@ -81,7 +81,15 @@ class EventCursor:
     def expect(self, kind: str, v: int) -> bool:
         """Step past the framework's `kind` call of node id `v` if it is the next event, and
         return True; else return False and stay (:meth:`peek` says what the schedule expects
-        there, for the executor's error message)."""
+        there, for the executor's error message).
+
+        Parameters
+        ----------
+        kind : str
+            The event kind of the framework's call (``"forward"``, ``"backward"``...).
+        v : int
+            The node id of the call.
+        """
         if self.position < len(self.plan) and self.plan[self.position][:2] == (kind, v):
             self.position += 1
             return True
@@ -93,9 +101,15 @@ class EventCursor:
 
     def own_events(self, recompute: bool = True) -> Iterator[CursorEvent]:
         """Yield the events up to the framework's next call, ``(kind, node id, outputs)``, and
-        step past each one as it is yielded. With `recompute` False, stop before the next
-        ``recompute`` (a framework may hold the arrays of the call that just ended until it
-        starts the next one, so a recomputation waits for that)."""
+        step past each one as it is yielded.
+
+        Parameters
+        ----------
+        recompute : bool, default True
+            False stops before the next ``recompute`` (a framework may hold the arrays of the
+            call that just ended until it starts the next one, so a recomputation waits for
+            that).
+        """
         end = self._next_framework[self.position]
         while self.position < end:
             event = self.plan[self.position]

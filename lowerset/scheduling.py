@@ -134,9 +134,10 @@ class MemoryFold:
 class Schedule:
     """The ordered events of one training step under a plan (see the module docstring).
 
-    Attributes
+    Parameters
     ----------
     graph : Graph
+        The step's graph.
     strategy : CanonicalStrategy or None
         None for the plain step.
     arrays : tuple of ndarray
@@ -283,19 +284,39 @@ def dropped_nodes(strategy: CanonicalStrategy) -> BoolArray:
     pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
     consumers; an in-place function (``NodeFacts.inplace``) and the producer of the array it
     overwrites are dropped only when all of them would be (they share one buffer, and a
-    recomputation of the in-place function needs its argument's value from before the write)."""
+    recomputation of the in-place function needs its argument's value from before the write).
+
+    Parameters
+    ----------
+    strategy : CanonicalStrategy
+        The plan.
+    """
     return dropped_of_labels(strategy.graph, segment_labels(strategy))
 
 
 def segment_labels(strategy: CanonicalStrategy) -> IntArray:
-    """Int64 per node id (shape (n,)): the 0-based segment i of each node, ``v ∈ V_{i+1}``."""
+    """Int64 per node id (shape (n,)): the 0-based segment i of each node, ``v ∈ V_{i+1}``.
+
+    Parameters
+    ----------
+    strategy : CanonicalStrategy
+        The plan.
+    """
     return strategy.segment_of_nodes()
 
 
 def dropped_of_labels(g: Graph, seg: IntArray) -> BoolArray:
-    """:func:`dropped_nodes` of the lower-set sequence whose segment labels are `seg` (int64,
-    shape (n,), monotone along every edge, no empty segment).
+    """:func:`dropped_nodes` of the lower-set sequence whose segment labels are `seg`.
 
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    seg : ndarray of int64, shape (n,)
+        Segment labels, monotone along every edge, no empty segment.
+
+    Notes
+    -----
     A node of V_i lies on some boundary ∂(L_j), j >= i, exactly when a successor in G lies in
     a later segment (then it is on ∂(L_i) itself), an edge that carries no array
     (``NodeFacts.after``) included: the schedule keeps what eq. (1) counts as kept, so that it
@@ -349,7 +370,13 @@ def inplace_groups(facts: ExecutionFacts) -> IntArray:
     it must not replay them on the kept buffer. A plan drops a group whole or not at all
     (:func:`dropped_nodes`); a function of the group that a later one overwrites reads the
     buffer as it was when it ran, so the group is recomputed in forward order (the facts' args
-    lead from each write to the ones before it: ``torch_ext.trace`` records them)."""
+    lead from each write to the ones before it: ``torch_ext.trace`` records them).
+
+    Parameters
+    ----------
+    facts : ExecutionFacts
+        The step's facts.
+    """
     nodes = facts.nodes
     root = np.arange(len(nodes), dtype=np.int64)
 
@@ -373,7 +400,13 @@ def inplace_groups(facts: ExecutionFacts) -> IntArray:
 
 
 def pinned_nodes(g: Graph) -> BoolArray:
-    """Bool per node id (shape (n,)): the pinned nodes (``NodeFacts.pinned``)."""
+    """Bool per node id (shape (n,)): the pinned nodes (``NodeFacts.pinned``).
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    """
     return np.array([nf.pinned for nf in g.facts.nodes], dtype=bool)
 
 
@@ -389,7 +422,13 @@ Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _s
 
 
 def flat_facts(g: Graph) -> Flat:
-    """Return the :data:`Flat` arrays of `g`'s execution facts (computed once per graph)."""
+    """Return the :data:`Flat` arrays of `g`'s execution facts (computed once per graph).
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    """
     cached = g.__dict__.get("_flat_facts")
     if cached is None:
         cached = g.__dict__["_flat_facts"] = _flatten(g)
@@ -568,7 +607,13 @@ KNOWN_SCHEDULE_BYTES = 64 * 2**20
 
 
 def dropped_key(dropped: BoolArray) -> bytes:
-    """The packed bytes of `dropped` (bool per node): the key of :func:`known_schedules`."""
+    """The packed bytes of `dropped`: the key of :func:`known_schedules`.
+
+    Parameters
+    ----------
+    dropped : ndarray of bool, shape (n,)
+        The dropped nodes.
+    """
     return np.packbits(dropped).tobytes()
 
 
@@ -578,15 +623,30 @@ def known_schedules(g: Graph) -> dict[bytes, tuple[Any, ...]]:
     the planner's calls on one graph (the pool's candidates, the local searches of `pareto`
     and `solve`) ask for many of the same ones. :func:`remember_schedule` adds to it. A
     schedule that a local search stopped at its caps is kept as ``(None, recompute_cost,
-    floor)``: its peak is above `floor` bytes (-1: not known)."""
+    floor)``: its peak is above `floor` bytes (-1: not known).
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    """
     return g.__dict__.setdefault("_known_schedules", {})
 
 
 def remember_schedule(g: Graph, key: bytes, point: tuple[Any, ...]) -> None:
-    """Keep `point` (peak, recompute_cost) of dropped set `key` on `g`, or a stopped schedule's
-    ``(None, recompute_cost, floor)`` unless `g` knows more of it (the whole schedule, or a
-    floor at least as high); the keys kept stay within :data:`KNOWN_SCHEDULE_BYTES` (all are
-    forgotten at once when they would pass it)."""
+    """Keep the figures of a dropped set on `g` unless `g` knows more of it (the whole
+    schedule, or a floor at least as high); the keys kept stay within
+    :data:`KNOWN_SCHEDULE_BYTES` (all are forgotten at once when they would pass it).
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    key : bytes
+        The dropped set (:func:`dropped_key`).
+    point : tuple
+        ``(peak, recompute_cost)``, or a stopped schedule's ``(None, recompute_cost, floor)``.
+    """
     known = known_schedules(g)
     old = known.get(key)
     if point[0] is None and old is not None and (old[0] is not None or old[2] >= point[2]):
@@ -715,10 +775,15 @@ class EventFold:
 
     def need(self, kind: IntArray, node: IntArray, nbytes: IntArray, optr: IntArray,
              oidx: IntArray) -> int:
-        """Fold in the events ``(kind, node, nbytes, optr, oidx)`` (int64 arrays as in
-        :attr:`Schedule.arrays`, ``optr`` of length #events + 1 indexing ``oidx``) but the
-        last; return the bytes above :attr:`used` at the highest point of the last, were it
-        next."""
+        """Fold in the events but the last; return the bytes above :attr:`used` at the
+        highest point of the last, were it next.
+
+        Parameters
+        ----------
+        kind, node, nbytes, optr, oidx : ndarray of int64
+            The events, as in :attr:`Schedule.arrays` (``optr`` of length #events + 1
+            indexing ``oidx``).
+        """
         if self._st[7][1] > self._compact_at:  # renumber the buffers: the copy stays small
             self._st = _k.fold_compact(self._st, self._cap)
             self._compact_at = max(self._cap // 2, 2 * int(self._st[7][1]))
@@ -729,8 +794,14 @@ class EventFold:
 
     def apply(self, kind: IntArray, node: IntArray, nbytes: IntArray, optr: IntArray,
               oidx: IntArray) -> tuple[IntArray, IntArray]:
-        """Fold in the events ``(kind, node, nbytes, optr, oidx)``; return the bytes in use
-        after each and at its highest point (ndarrays of int64, shape (#events,))."""
+        """Fold in the events; return the bytes in use after each and at its highest point
+        (ndarrays of int64, shape (#events,)).
+
+        Parameters
+        ----------
+        kind, node, nbytes, optr, oidx : ndarray of int64
+            The events, as in :attr:`Schedule.arrays`.
+        """
         self._st, timeline, highs, _ = _k.fold_run(self._st, kind, node, nbytes, optr, oidx,
                                                    *self._facts, _no_arena(), 0)
         if highs.size:

@@ -142,10 +142,18 @@ class CanonicalStrategy:
 
     @classmethod
     def from_segments(cls, graph: Graph, seg: npt.ArrayLike, **meta: Any) -> CanonicalStrategy:
-        """A strategy from the 0-based segment of each node (int64, shape (n,): ``seg[v] = i``
-        for v in V_{i+1}; monotone along every edge, every segment 0..max non-empty), without
-        checking it; `meta`: `method`, `mode`, `budget`, `planner_seconds` as in the
-        constructor."""
+        """A strategy from the 0-based segment of each node, without checking it.
+
+        Parameters
+        ----------
+        graph : Graph
+            The graph the strategy plans.
+        seg : array_like of int64, shape (n,)
+            ``seg[v] = i`` for v in V_{i+1}; monotone along every edge, every segment 0..max
+            non-empty.
+        **meta
+            `method`, `mode`, `budget`, `planner_seconds` as in the constructor.
+        """
         self = cls.__new__(cls)
         self.graph = graph
         self._set(np.ascontiguousarray(seg, dtype=np.int64), **meta)

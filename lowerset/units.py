@@ -74,6 +74,13 @@ def parse_size(text: Number | str) -> int:
 def format_size(nbytes: Number, binary: bool = False) -> str:
     """Return `nbytes` as a short string: ``"11.40 GB"`` (decimal) or ``"10.62 GiB"`` (binary).
 
+    Parameters
+    ----------
+    nbytes : int or float
+        A size, bytes.
+    binary : bool, default False
+        True for powers of 1024 (KiB, MiB, GiB), False for powers of 1000.
+
     Examples
     --------
     >>> from lowerset.units import format_size

@@ -38,11 +38,17 @@ class DTRSchedule(Schedule):
     rematerialized nodes in order (a node may appear many times) and ``recompute_cost`` is
     their total cost T in cost units.
 
-    Attributes
+    Parameters
     ----------
+    graph : Graph
+        The step simulated.
+    arrays : tuple of ndarray
+        The events as arrays ``(kind, node, nbytes, optr, oidx)``, as :class:`Schedule`
+        takes them.
     budget : int
         Bytes (whole step).
     heuristic : str
+        The eviction heuristic simulated: "dtr", "dtr_local", "lru" or "size".
     rematerializations : dict
         Node label -> number of rematerializations (nodes never rematerialized left out).
     evictions : int

@@ -78,6 +78,15 @@ def selective_family(G: Graph, thresholds: int = 8,
     the largest down) and each stride of `strides`: distinct strategies, from fine (every
     costly node ends a segment) to coarse. The planner adds them to its pool.
 
+    Parameters
+    ----------
+    G : Graph
+        The graph planned.
+    thresholds : int, default 8
+        Number of cost levels.
+    strides : iterable of int, default (1, 2, 4, 8)
+        The strides passed to :func:`selective_cuts`.
+
     Returns
     -------
     list of CanonicalStrategy

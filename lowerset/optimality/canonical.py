@@ -54,7 +54,15 @@ from ._timeline import Timeline, is_coarse
 
 
 class CanonicalModel:
-    """The MILP of the module docstring for graph `g`."""
+    """The MILP of the module docstring for graph `g`.
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    coarse : {"auto", True, False}, default "auto"
+        As :func:`lowerset.optimum`.
+    """
 
     def __init__(self, g: Graph, coarse: bool | str = "auto") -> None:
         self.g = g
@@ -193,7 +201,13 @@ class CanonicalModel:
         return seen
 
     def strategy(self, values: FloatArray) -> tuple[CanonicalStrategy, BoolArray]:
-        """The CanonicalStrategy of a solution's labels, and its dropped set (bool per node)."""
+        """The CanonicalStrategy of a solution's labels, and its dropped set (bool per node).
+
+        Parameters
+        ----------
+        values : ndarray of float64
+            HiGHS's solution, one value per column.
+        """
         s = np.rint(values[self.label]).astype(np.int64)
         _, inv = np.unique(s, return_inverse=True)
         seg = inv.astype(np.int64).reshape(-1)
@@ -201,8 +215,17 @@ class CanonicalModel:
 
     def cut(self, dropped: BoolArray, peak: float | None = None,
             cost: float | None = None) -> None:
-        """Raise the model's peak (bytes) or cost (cost units) of drop set `dropped` to `peak`
-        or `cost`, or exclude the set (both None)."""
+        """Raise the model's peak or cost of a drop set, or exclude the set (both None).
+
+        Parameters
+        ----------
+        dropped : ndarray of bool, shape (n,)
+            The drop set.
+        peak : float, optional
+            Its peak, bytes.
+        cost : float, optional
+            Its cost, cost units.
+        """
         terms: list[tuple[int, float]] = []
         rhs = 1.0   # hamming distance to `dropped` = sum(terms) + 1 - rhs
         for c, v in self.drop_vars().items():
@@ -226,6 +249,17 @@ class CanonicalModel:
 def solve_canonical(g: Graph, budget: int | None, time_limit: float | None,
                     coarse: bool | str = "auto") -> dict[str, Any]:
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget`.
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    budget : int or None
+        Bytes of the whole step.
+    time_limit : float or None
+        Seconds for HiGHS; None: none.
+    coarse : {"auto", True, False}, default "auto"
+        As :func:`lowerset.optimum`.
 
     Returns
     -------

@@ -71,7 +71,17 @@ def _reruns(g):
 
 
 class GeneralModel:
-    """The MILP of the module docstring for graph `g`."""
+    """The MILP of the module docstring for graph `g`.
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    once : bool, default False
+        Each value recomputed at most once.
+    coarse : {"auto", True, False}, default "auto"
+        As :func:`lowerset.optimum`.
+    """
 
     def __init__(self, g: Graph, once: bool = False, coarse: bool | str = "auto") -> None:
         self.g = g
@@ -96,7 +106,20 @@ class GeneralModel:
 def solve_general(g: Graph, budget: int | None, time_limit: float | None, once: bool = False,
                   coarse: bool | str = "auto") -> dict[str, Any]:
     """Minimise the peak (budget None) then the cost at it, or the cost within `budget` then
-    the peak at it; with `once`, over schedules that recompute each value at most once.
+    the peak at it.
+
+    Parameters
+    ----------
+    g : Graph
+        The graph.
+    budget : int or None
+        Bytes of the whole step.
+    time_limit : float or None
+        Seconds for HiGHS; None: none.
+    once : bool, default False
+        Over schedules that recompute each value at most once.
+    coarse : {"auto", True, False}, default "auto"
+        As :func:`lowerset.optimum`.
 
     Returns
     -------
