@@ -16,10 +16,13 @@ class TraceError(ChainerExtError, ValueError):
 class StrategyMismatchError(ChainerExtError, StrategyError):
     """The forward pass does not match the graph the strategy was planned for.
 
-    Attributes
+    Parameters
     ----------
+    message : str
+        The error message.
     position : int or None
-        Index (in forward order) of the first function application that differs.
+        Index (in forward order) of the first function application that differs; kept as
+        ``.position``.
     """
 
     def __init__(self, message: str, position: int | None = None) -> None:

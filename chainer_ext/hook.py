@@ -316,7 +316,13 @@ class RecomputeHook(chainer.FunctionHook):
                 and _matches(in_data, self._in_sig[0]))
 
     def added(self, function: chainer.FunctionNode | None) -> None:
-        """Chainer's FunctionHook callback on registration: only global registration."""
+        """Chainer's FunctionHook callback on registration: only global registration.
+
+        Parameters
+        ----------
+        function : chainer.FunctionNode or None
+            None for a global registration (``with hook:``), the function otherwise (refused).
+        """
         if function is not None:
             raise HookUsageError("register RecomputeHook globally with `with hook:`; adding it "
                                  "to a single function is not supported")
@@ -363,7 +369,15 @@ class RecomputeHook(chainer.FunctionHook):
                            in_data: tuple[Array, ...]) -> None:
         """Chainer's callback before each forward application: check its class and input
         signature against the graph's next function, finish the previous one (its schedule
-        events) and keep what its recomputation will need."""
+        events) and keep what its recomputation will need.
+
+        Parameters
+        ----------
+        function : chainer.FunctionNode
+            The function application.
+        in_data : tuple of array
+            Its input arrays.
+        """
         phase = self._phase
         if phase not in ("forward", "done"):
             return   # idle, or a function applied by a backward step
@@ -415,7 +429,15 @@ class RecomputeHook(chainer.FunctionHook):
     def forward_postprocess(self, function: chainer.FunctionNode,
                             in_data: tuple[Array, ...]) -> None:
         """Chainer's callback after each forward application: leaves the function (the
-        functions it applies inside are not nodes)."""
+        functions it applies inside are not nodes).
+
+        Parameters
+        ----------
+        function : chainer.FunctionNode
+            The function application.
+        in_data : tuple of array
+            Its input arrays.
+        """
         if self._phase not in ("forward", "done"):
             return
         self._depth -= 1
@@ -477,7 +499,17 @@ class RecomputeHook(chainer.FunctionHook):
                             out_grad: tuple[Array | None, ...]) -> None:
         """Chainer's callback before each backward application: at the first, check that the
         whole forward pass ran; run the schedule's events up to this backward step (the
-        recomputations it needs) and check that it is the one the schedule expects."""
+        recomputations it needs) and check that it is the one the schedule expects.
+
+        Parameters
+        ----------
+        function : chainer.FunctionNode
+            The function application.
+        in_data : tuple of array
+            Its input arrays.
+        out_grad : tuple of array or None
+            The gradients of its outputs (None for an output without one).
+        """
         if self._phase == "idle":
             return
         if self._phase == "done":
@@ -509,7 +541,17 @@ class RecomputeHook(chainer.FunctionHook):
     def backward_postprocess(self, function: chainer.FunctionNode, in_data: tuple[Array, ...],
                              out_grad: tuple[Array | None, ...]) -> None:
         """Chainer's callback after each backward application: run the schedule's events
-        after it (frees), and end the step after the last."""
+        after it (frees), and end the step after the last.
+
+        Parameters
+        ----------
+        function : chainer.FunctionNode
+            The function application.
+        in_data : tuple of array
+            Its input arrays.
+        out_grad : tuple of array or None
+            The gradients of its outputs (None for an output without one).
+        """
         if self._phase != "backward":
             return
         self._bdepth -= 1

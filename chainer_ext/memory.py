@@ -191,7 +191,13 @@ class PeakMemoryHook(chainer.FunctionHook):
             self._cupy_hook.__enter__()
 
     def stop(self, *exc: Any) -> None:
-        """Stop measuring (`exc`: the exception triple of ``__exit__``, if any)."""
+        """Stop measuring.
+
+        Parameters
+        ----------
+        *exc
+            The exception triple of ``__exit__``, if any.
+        """
         if self.device == "cpu":
             self._peak = max(0, tracemalloc.get_traced_memory()[1] - self._base)
             tracemalloc.stop()
@@ -215,7 +221,13 @@ class PeakMemoryHook(chainer.FunctionHook):
         return {"device": self.device, "peak": self.total_peak()}
 
     def print_report(self, file: TextIO = sys.stdout) -> None:
-        """Write a one-line report to `file`."""
+        """Write a one-line report.
+
+        Parameters
+        ----------
+        file : text file, default sys.stdout
+            Where to write it.
+        """
         file.write(f"peak: {self.total_peak():,} bytes ({self.device})\n")
 
 

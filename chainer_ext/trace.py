@@ -51,6 +51,17 @@ class TracedGraph(lowerset.Graph):
     ``["param", shape, dtype]`` or ``["input", shape, dtype]``) and ``outputs``
     (``[shape, dtype]`` per output).
 
+    Parameters
+    ----------
+    nodes, edges, cost, memory, attrs, facts
+        As :class:`lowerset.Graph`.
+    outputs : sequence of int
+        Labels of the nodes producing the traced callable's return values.
+    cost_model : str
+        "preset" or "profile".
+    time_unit : float or None
+        Seconds per cost unit for ``cost_model="profile"``.
+
     Attributes
     ----------
     param_bytes : int
@@ -117,20 +128,46 @@ def _state_owners(func):
 
 def array_attr_ids(func: chainer.FunctionNode, types: tuple[type, ...]) -> dict[str, int]:
     """Map state name -> id(array) for every array-valued attribute of `func` (and of the
-    function it wraps, named with :data:`WRAPPED` in front)."""
+    function it wraps, named with :data:`WRAPPED` in front).
+
+    Parameters
+    ----------
+    func : chainer.FunctionNode
+        The function application.
+    types : tuple of type
+        The array types (NumPy's, CuPy's).
+    """
     return {prefix + k: id(v) for prefix, obj in _state_owners(func)
             for k, v in vars(obj).items() if isinstance(v, types)}
 
 
 def get_state(func: chainer.FunctionNode, name: str) -> Any:
-    """The attribute `name` (from :func:`forward_state`) of `func`, None if unset."""
+    """The attribute `name` (from :func:`forward_state`) of `func`, None if unset.
+
+    Parameters
+    ----------
+    func : chainer.FunctionNode
+        The function application.
+    name : str
+        A state name.
+    """
     if name.startswith(WRAPPED):  # a FunctionAdapter's: its wrapped Function holds it
         return getattr(_adapter(func).function, name[len(WRAPPED):], None)
     return getattr(func, name, None)
 
 
 def set_state(func: chainer.FunctionNode, name: str, value: Any) -> None:
-    """Set the attribute `name` (from :func:`forward_state`) of `func`."""
+    """Set the attribute `name` (from :func:`forward_state`) of `func`.
+
+    Parameters
+    ----------
+    func : chainer.FunctionNode
+        The function application.
+    name : str
+        A state name.
+    value : object
+        The value set.
+    """
     if name.startswith(WRAPPED):  # a FunctionAdapter's: its wrapped Function holds it
         setattr(_adapter(func).function, name[len(WRAPPED):], value)
     else:
@@ -189,7 +226,13 @@ def output_attrs(func: chainer.FunctionNode, outs: Sequence[Array | None],
 
 
 def output_arrays(func: chainer.FunctionNode) -> list[Array | None]:
-    """Output arrays of a completed function, or None for outputs no longer reachable."""
+    """Output arrays of a completed function, or None for outputs no longer reachable.
+
+    Parameters
+    ----------
+    func : chainer.FunctionNode
+        The function application.
+    """
     arrays = []
     # Chainer declares ``FunctionNode.outputs = None`` unannotated (apply() sets the tuple)
     for ref in func.outputs:  # type: ignore[attr-defined]

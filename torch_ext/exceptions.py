@@ -77,8 +77,12 @@ class StrategyMismatchError(TorchExtError, StrategyError):
     of its tensor arguments and outputs and, where known, the file and line of the user's code
     that dispatched it.
 
-    Attributes
+    Each parameter but `message` is kept as the attribute of the same name.
+
+    Parameters
     ----------
+    message : str
+        The error message.
     position : int or None
         Index (in forward order) of the first node that differs.
     operation : int or None
@@ -162,10 +166,13 @@ class HookUsageError(TorchExtError, RuntimeError):
 class RecomputationError(TorchExtError, RuntimeError):
     """A recomputed value differs from the value its operation made in the forward pass
     (``RecomputeContext(check=True)``): a recomputation read an input that changed since, or
-    missed a write the forward pass made into the value's memory.
+    missed a write the forward pass made into the value's memory. `node` and `output` are kept
+    as the attributes of the same name.
 
-    Attributes
+    Parameters
     ----------
+    message : str
+        The error message.
     node : int
         The graph node whose recomputation differs.
     output : int
@@ -194,10 +201,13 @@ class MissingTorchAPIError(TorchExtError, ImportError):
     """The installed PyTorch lacks a private API torch_ext uses (:mod:`torch_ext._compat`),
     raised by ``import torch_ext``: an ImportError, as a missing PyTorch is.
 
-    Attributes
+    Parameters
     ----------
+    message : str
+        The error message.
     missing : list of str
-        Where torch_ext looked for each missing API (dotted paths from ``torch``).
+        Where torch_ext looked for each missing API (dotted paths from ``torch``); kept as
+        ``.missing``.
     """
 
     missing: list[str]

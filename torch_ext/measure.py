@@ -201,7 +201,13 @@ class MemoryMeter:
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[None]:
-        """Measure the highest point of the code inside, above the level at its start."""
+        """Measure the highest point of the code inside, above the level at its start.
+
+        Parameters
+        ----------
+        name : str
+            The window's name in the result's ``windows``.
+        """
         if self.device.type == "cuda":
             start = torch.cuda.memory_allocated(self.device)
             self._cuda_peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
@@ -217,14 +223,26 @@ class MemoryMeter:
             yield
 
     def open_window(self, name: str) -> contextlib.AbstractContextManager[None]:
-        """Start a window that :meth:`close_window` ends (for code split across callbacks)."""
+        """Start a window that :meth:`close_window` ends (for code split across callbacks).
+
+        Parameters
+        ----------
+        name : str
+            As :meth:`window`.
+        """
         cm = self.window(name)
         cm.__enter__()
         return cm
 
     @staticmethod
     def close_window(cm: contextlib.AbstractContextManager[None]) -> None:
-        """End a window :meth:`open_window` started."""
+        """End a window :meth:`open_window` started.
+
+        Parameters
+        ----------
+        cm : context manager
+            What :meth:`open_window` returned.
+        """
         cm.__exit__(None, None, None)
 
 
@@ -260,7 +278,15 @@ _T = TypeVar("_T")
 
 def measure_peak(fn: Callable[[], _T], device: torch.device | str = "cpu"
                  ) -> tuple[_T, MemoryMeasure]:
-    """Run `fn()` under a :class:`MemoryMeter` and return ``(fn's result, MemoryMeasure)``."""
+    """Run `fn()` under a :class:`MemoryMeter` and return ``(fn's result, MemoryMeasure)``.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with no argument.
+    device : torch.device or str, default "cpu"
+        The device measured.
+    """
     with MemoryMeter(device) as meter:
         out = fn()
     return out, cast(MemoryMeasure, meter.result)   # set: the block ended normally
