@@ -123,19 +123,28 @@ def random_sample(args):
             compare(g, points, m, rows[m])
         compare_models(g, points, models)
     seconds = time.perf_counter() - start
-    print(f"{args.graphs} random DAGs of 4-8 nodes (seed {args.seed}), {seconds:.0f} s\n")
-    print("| method | min_peak above the optimum (graphs) | largest ratio | budgets | "
-          "no plan found though one fits | overhead above the least |")
-    print("|---|---|---|---|---|---|")
-    for m, r in rows.items():
-        print(f"| {m} | {r['above']} | {r['ratio']:.3f} | {r['budgets']} | {r['missed']} | "
-              f"{r['costlier']} |")
-    print(f"\ncanonical MILP differs from the exhaustive search on {models['milp_differs']} of "
-          f"{models['graphs']} graphs; the general optimum is below the canonical one on "
-          f"{models['general_lower']} (by up to {100 * models['general_gain']:.1f}%), and on "
-          f"{models['needs_twice']} of those it recomputes a value more than once (at most "
-          "once each, its least peak is higher)\n")
-    return {"methods": rows, "models": models, "seconds": seconds}
+    result = {"methods": rows, "models": models, "seconds": seconds, "seed": args.seed}
+    print(random_markdown(result))
+    return result
+
+
+def random_markdown(result):
+    """Markdown of :func:`random_sample`'s result."""
+    models = result["models"]
+    seed = f"seed {result['seed']}" if "seed" in result else "seed not recorded"
+    lines = [f"{models['graphs']} random DAGs of 4-8 nodes ({seed}), {result['seconds']:.0f} s",
+             "", "| method | min_peak above the optimum (graphs) | largest ratio | budgets | "
+             "no plan found though one fits | overhead above the least |",
+             "|---|---|---|---|---|---|"]
+    for m, r in result["methods"].items():
+        lines.append(f"| {m} | {r['above']} | {r['ratio']:.3f} | {r['budgets']} | "
+                     f"{r['missed']} | {r['costlier']} |")
+    lines += ["", f"canonical MILP differs from the exhaustive search on {models['milp_differs']} "
+              f"of {models['graphs']} graphs; the general optimum is below the canonical one on "
+              f"{models['general_lower']} (by up to {100 * models['general_gain']:.1f}%), and "
+              f"on {models['needs_twice']} of those it recomputes a value more than once (at "
+              "most once each, its least peak is higher)", ""]
+    return "\n".join(lines)
 
 
 # -- traced steps and the seven networks --------------------------------------------------------
@@ -258,37 +267,54 @@ def _canonical_bound(point):
     return value, proven
 
 
-def print_rows(title, rows):
-    for r in rows:
-        for p in r["points"]:
-            p["canonical"], p["canonical_proven"] = _canonical_bound(p)
+def rows_markdown(title, rows):
+    """Markdown of the rows of the traced or the networks sample, under heading `title`."""
+    points = [[{**p, **dict(zip(("canonical", "canonical_proven"), _canonical_bound(p)))}
+               for p in r["points"]] for r in rows]
     unit = "GB" if max(r["plain"] for r in rows) >= 1e9 else "MB"
-    print(f"### {title}\n")
-    print(f"| step | #V | plain peak ({unit}) | planner least peak (cost) | canonical optimum | "
-          "gap | general optimum | gap |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        p = r["points"][0]
-        print(f"| {r['name']} | {r['nodes']} | {_fmt(r['plain'], True, unit)} | "
-              f"{_fmt(r['planner_peak'], True, unit)} ({r['planner_peak_cost']}) | "
-              f"{_fmt(p['canonical'], p['canonical_proven'], unit)} | "
-              f"{_gap(r['planner_peak'], p['canonical'], p['canonical_proven'])} | "
-              f"{_fmt(p['general'], p['general_proven'], unit)} | "
-              f"{_gap(r['planner_peak'], p['general'], p['general_proven'])} |")
-    print("\nRecomputation (cost units) at 0.9 / 0.75 / 0.6 x the plain peak: planner; canonical "
-          "optimum (>= a bound); general optimum\n")
-    print("| step | planner | canonical | general |")
-    print("|---|---|---|---|")
-    for r in rows:
-        cells = []
-        for key in ("planner", "canonical", "general"):
-            vals = []
-            for p in r["points"][1:]:
-                proven = p.get(key + "_proven", True)
-                vals.append(_fmt(p[key], proven, "cost"))
-            cells.append(" / ".join(vals))
-        print(f"| {r['name']} | " + " | ".join(cells) + " |")
-    print()
+    lines = [f"### {title}", "",
+             f"| step | #V | plain peak ({unit}) | planner least peak (cost) | canonical optimum "
+             "| gap | general optimum | gap |", "|---|---|---|---|---|---|---|---|"]
+    for r, ps in zip(rows, points):
+        p = ps[0]
+        lines.append(f"| {r['name']} | {r['nodes']} | {_fmt(r['plain'], True, unit)} | "
+                     f"{_fmt(r['planner_peak'], True, unit)} ({r['planner_peak_cost']}) | "
+                     f"{_fmt(p['canonical'], p['canonical_proven'], unit)} | "
+                     f"{_gap(r['planner_peak'], p['canonical'], p['canonical_proven'])} | "
+                     f"{_fmt(p['general'], p['general_proven'], unit)} | "
+                     f"{_gap(r['planner_peak'], p['general'], p['general_proven'])} |")
+    lines += ["", "Recomputation (cost units) at 0.9 / 0.75 / 0.6 x the plain peak: planner; "
+              "canonical optimum (>= a bound); general optimum", "",
+              "| step | planner | canonical | general |", "|---|---|---|---|"]
+    for r, ps in zip(rows, points):
+        cells = [" / ".join(_fmt(p[key], p.get(key + "_proven", True), "cost") for p in ps[1:])
+                 for key in ("planner", "canonical", "general")]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def sample_title(sample, settings):
+    """The heading of the traced or the networks sample."""
+    if sample == "traced":
+        return "Small traced steps"
+    return (f"The seven networks ({settings.get('networks_from', 'cg')}), time limit "
+            f"{settings.get('time_limit', 60.0):.0f} s per MILP")
+
+
+def markdown(data):
+    """The Markdown of a run's JSON: the machine, the settings and each sample's tables."""
+    settings = data.get("settings", {})
+    parts = [f"Machine: {data.get('machine', 'not recorded')}."]
+    if settings:
+        parts.append("Command: `examples/bench_optimality.py " + " ".join(
+            f"--{k.replace('_', '-')} {' '.join(v) if isinstance(v, list) else v}"
+            for k, v in settings.items()) + "`.")
+    if "random" in data:
+        parts.append(random_markdown(data["random"]))
+    for sample in ("traced", "networks"):
+        if sample in data:
+            parts.append(rows_markdown(sample_title(sample, settings), data[sample]))
+    return "\n\n".join(parts)
 
 
 def main():
@@ -306,13 +332,12 @@ def main():
                     help="print the tables of an earlier run's --json and stop")
     args = ap.parse_args()
     if args.render:
-        data = json.loads(args.render.read_text())
-        for sample in ("traced", "networks"):
-            if sample in data:
-                print_rows(sample, data[sample])
+        print(markdown(json.loads(args.render.read_text())))
         return
-    print(machine_line() + "\n")
-    out = {}
+    settings = {"graphs": args.graphs, "seed": args.seed, "time_limit": args.time_limit,
+                "samples": args.samples, "networks_from": args.networks_from}
+    out = {"machine": machine_line(), "settings": settings}
+    print(out["machine"] + "\n")
     if "random" in args.samples:
         out["random"] = random_sample(args)
     for sample in ("traced", "networks"):
@@ -326,10 +351,7 @@ def main():
             rows.append(measure(name, g, args.time_limit))
             print(f"<!-- {name}: {time.perf_counter() - t0:.0f} s -->", flush=True)
         out[sample] = rows
-        title = ("Small traced steps" if sample == "traced" else
-                 f"The seven networks ({args.networks_from}), time limit "
-                 f"{args.time_limit:.0f} s per MILP")
-        print_rows(title, rows)
+        print(rows_markdown(sample_title(sample, settings), rows))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
 
