@@ -160,6 +160,11 @@ def table(rows):
     return "\n".join(out)
 
 
+def markdown(data):
+    """The Markdown of a run's JSON: the machine, the command and :func:`table`."""
+    return f"{data['machine']}\n\nCommand: `{data['command']}`.\n\n{table(data['rows'])}\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--networks", nargs="+", default=list(PRESETS["cpu"]),
@@ -176,9 +181,11 @@ def main(argv=None):
         rows += run_network(name, args.methods, args.alt_budgets, legacy)
         print(table([r for r in rows if r["network"] == name]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    text = f"{machine_line()}\n\n{table(rows)}\n"
+    command = "examples/bench_budgets.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    data = {"machine": machine_line(), "command": command, "rows": rows}
+    text = markdown(data)
     (args.out / "budgets.md").write_text(text)
-    (args.out / "budgets.json").write_text(json.dumps(rows, indent=1))
+    (args.out / "budgets.json").write_text(json.dumps(data, indent=1))
     print(text)
     bad = [r for r in rows if "overhead" in r and not (r["fits"] and r["bitwise"]
                                                       and r.get("not_worse", True))]

@@ -278,21 +278,27 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def write_report(results, out, header):
-    """bench_dtr.md and bench_dtr.png of `results` in folder `out`."""
+def page_markdown(data):
+    """The Markdown of a run's JSON (``bench_dtr.json``): the machine, the wall time, the
+    summary and one table per network."""
+    jobs = f" with {data['jobs']} job(s)" if "jobs" in data else ""
+    results = data["results"]
+    return (f"Machine: {data['machine']}. Total {data['elapsed_s'] / 60:.1f} min{jobs}.\n\n"
+            + summary_table(results) + "\n" + "\n".join(network_table(r) for r in results))
+
+
+def write_report(data, out):
+    """bench_dtr.md and bench_dtr.png of a run's JSON `data` in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_dtr.md").write_text(header + "\n\n" + summary_table(results) + "\n"
-                                      + "\n".join(network_table(r) for r in results))
-    picture(results, out / "bench_dtr.png")
+    (out / "bench_dtr.md").write_text(page_markdown(data))
+    picture(data["results"], out / "bench_dtr.png")
 
 
 def main(argv=None):
     a = parse_args(argv)
     out = pathlib.Path(a.out)
     if a.render:
-        data = json.loads(pathlib.Path(a.render).read_text())
-        write_report(data["results"], out, f"Machine: {data['machine']}. Total "
-                     f"{data['elapsed_s'] / 60:.1f} min.")
+        write_report(json.loads(pathlib.Path(a.render).read_text()), out)
         return
     names = a.networks or list(CG + SMALL)
     keys = [f"cg/{n}" for n in names if n in CG]
@@ -312,11 +318,10 @@ def main(argv=None):
     info = machine_line()
     elapsed = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_dtr.json").write_text(json.dumps(
-        {"machine": info, "elapsed_s": elapsed, "results": results,
-         "targets": {r["network"]: targets(r) for r in results}}, indent=1))
-    write_report(results, out, f"Machine: {info}. Total {elapsed / 60:.1f} min with {a.jobs} "
-                 "job(s).")
+    data = {"machine": info, "elapsed_s": elapsed, "jobs": a.jobs, "results": results,
+            "targets": {r["network"]: targets(r) for r in results}}
+    (out / "bench_dtr.json").write_text(json.dumps(data, indent=1))
+    write_report(data, out)
     print(summary_table(results))
     print(f"wrote {out}/bench_dtr.md, .json, .png ({elapsed / 60:.1f} min)")
 

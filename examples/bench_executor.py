@@ -293,8 +293,8 @@ def main(argv=None):
         results.append(bench(name, batch, size, a.repeats, a.methods, a.time_limit))
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"machine": info, "results": results},
-                                                   indent=1))
+    out.with_suffix(".json").write_text(json.dumps(
+        {"machine": info, "repeats": a.repeats, "results": results}, indent=1))
     md = markdown(results, info, a.repeats)
     out.with_suffix(".md").write_text(md)
     print(md)

@@ -220,34 +220,43 @@ def main(argv=None):
     if missing:
         ap.error(f"graph files not found: {missing}; set --graphs or LOWERSET_GRAPHS")
     info = machine_info()
-    print(f"Machine: {machine_line(info)}")
     _, t = timed(warm_up)
-    print(f"JIT warm-up (compile or load from cache): {t:.2f} s\n")
     rows, budget_rows = [], []
     for p in paths:
         rows.append(bench_graph(p, args.time_limit))
         budget_rows.append(bench_budgets(p, args.time_limit))
         print(f"  {rows[-1]['graph']}: done", file=sys.stderr, flush=True)
-    print(markdown(rows))
+    data = {"machine": info, "warm_up_s": t, "rows": rows, "budgets": budget_rows}
+    print(page_markdown(data))
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1))
+    return 0
+
+
+def page_markdown(data):
+    """The Markdown of a run's JSON: the machine, both tables and whether the targets hold."""
+    rows, budget_rows = data["rows"], data["budgets"]
+    warm = data.get("warm_up_s")
     misses = check_targets(rows)
     met = "all met" if not misses else "MISSED: " + "; ".join(misses)
-    print("\nTargets (exact, ordered, contracted <= 10 s, approx <= 0.5 s and <= 50 ms at "
-          "min budget, min_budget <= 10 s): " + met)
-    print("\nPlanning to device budgets (lowerset.solve / min_peak, the graphs' default "
-          "execution facts, each call on a fresh graph):\n")
-    print(markdown_budgets(budget_rows))
     slow = [f"{r['graph']} {m} {f}: {fmt_s(r[m][f]['seconds'])} s" for r in budget_rows
             for m in ls.METHODS for f in ("0.9", "0.75", "0.6")
             if "seconds" in r[m].get(f, {}) and r[m][f]["seconds"] > BUDGET_TARGETS[m]]
     slow += [f"{r['graph']} {m} min_peak: {fmt_s(r[m]['t_min_peak'])} s" for r in budget_rows
              for m in ls.METHODS if r[m]["t_min_peak"] == "timeout"
              or r[m]["t_min_peak"] > BUDGET_TARGETS[m]]
-    print("\nTargets (per call: <= 10 s exact, ordered, contracted, <= 0.5 s approx): "
-          + ("all met" if not slow else "MISSED: " + "; ".join(slow)))
-    if args.json:
-        args.json.write_text(json.dumps({"machine": info, "rows": rows,
-                                         "budgets": budget_rows}, indent=1))
-    return 0
+    head = [f"Machine: {machine_line(data['machine'])}"]
+    if warm is not None:
+        head.append(f"JIT warm-up (compile or load from cache): {warm:.2f} s")
+    return "\n".join(head + [
+        "", markdown(rows), "",
+        "Targets (exact, ordered, contracted <= 10 s, approx <= 0.5 s and <= 50 ms at "
+        "min budget, min_budget <= 10 s): " + met, "",
+        "Planning to device budgets (lowerset.solve / min_peak, the graphs' default "
+        "execution facts, each call on a fresh graph):", "",
+        markdown_budgets(budget_rows), "",
+        "Targets (per call: <= 10 s exact, ordered, contracted, <= 0.5 s approx): "
+        + ("all met" if not slow else "MISSED: " + "; ".join(slow))])
 
 
 if __name__ == "__main__":

@@ -527,10 +527,27 @@ def main(argv=None):
     elapsed = time.perf_counter() - start
     checks = [check_targets(r) for r in results]
     whole = [check_whole_step(r) for r in results]
-    table = markdown_table(results)
     command = "examples/reproduce_table1.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    header = (f"# Table 1 reproduction ({a.preset} preset, {a.device})\n\n"
-              f"Machine: {machine_line(info)}\n\nCommand: `{command}`; total {elapsed:.0f} s.\n\n"
+    data = {"machine": info, "command": command, "args": vars(a), "elapsed_s": elapsed,
+            "paper": PAPER, "results": results, "targets": checks, "whole_step": whole}
+    md = page_markdown(data)
+    out = pathlib.Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table1.md").write_text(md)
+    (out / "table1.json").write_text(json.dumps(data, indent=1))
+    bar_chart(results, out / "table1.png")
+    print(md)
+    print(f"Wrote {out / 'table1.md'}, {out / 'table1.json'}, {out / 'table1.png'}")
+    return {"results": results, "targets": checks, "whole_step": whole, "elapsed_s": elapsed}
+
+
+def page_markdown(data):
+    """The Markdown of a run's JSON (``table1.json``): the machine, the command, the table,
+    the wall times and the targets."""
+    a, results = data["args"], data["results"]
+    header = (f"# Table 1 reproduction ({a['preset']} preset, {a['device']})\n\n"
+              f"Machine: {machine_line(data['machine'])}\n\nCommand: `{data['command']}`; "
+              f"total {data['elapsed_s']:.0f} s.\n\n"
               "Peaks include the input batch; reductions are against Vanilla. 'Boundary' "
               "peaks are sampled at function boundaries and leave out the temporaries inside "
               "one function (im2col). 'Non-param peak' subtracts the parameters and all their "
@@ -542,19 +559,8 @@ def main(argv=None):
               "the one-segment strategy [V]). Recomputed is the cost of what the schedule "
               "recomputes (eq. (1) without the last segment, which the executor keeps).\n")
     times = ", ".join(f"{r['network']} {r['elapsed_s']:.0f} s" for r in results)
-    md = (f"{header}\n{table}\n\nWall time per network: {times}.\n\n{targets_text(checks)}\n\n"
-          f"{whole_step_text(whole)}\n")
-    out = pathlib.Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "table1.md").write_text(md)
-    (out / "table1.json").write_text(json.dumps(
-        {"machine": info, "command": command, "args": vars(a), "elapsed_s": elapsed,
-         "paper": PAPER, "results": results, "targets": checks, "whole_step": whole},
-        indent=1))
-    bar_chart(results, out / "table1.png")
-    print(md)
-    print(f"Wrote {out / 'table1.md'}, {out / 'table1.json'}, {out / 'table1.png'}")
-    return {"results": results, "targets": checks, "whole_step": whole, "elapsed_s": elapsed}
+    return (f"{header}\n{markdown_table(results)}\n\nWall time per network: {times}.\n\n"
+            f"{targets_text(data['targets'])}\n\n{whole_step_text(data['whole_step'])}\n")
 
 
 if __name__ == "__main__":
