@@ -25,9 +25,10 @@ Usage::
 
     python examples/bench_scale.py [--families transformer resnet gpt llama] [--max-nodes 2500]
         [--sizes 100 250 ...] [--time-limit 120] [--method auto] [--out results/bench_scale]
-        [--picture docs/images/bench_scale.png]
+        [--picture results/bench_scale.png]
 
-writes ``<out>.json`` and ``<out>.md`` and prints the Markdown.
+writes ``<out>.json`` and ``<out>.md`` and prints the Markdown (the documentation site draws
+its picture from ``<out>.json`` when it is built).
 """
 
 import argparse
@@ -455,7 +456,7 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "bench_scale",
                     help="writes <out>.json and <out>.md")
     ap.add_argument("--picture", type=Path,
-                    default=HERE.parent / "docs" / "images" / "bench_scale.png")
+                    default=HERE.parent / "results" / "bench_scale.png")
     ap.add_argument("--no-picture", action="store_true")
     ap.add_argument("--from-json", type=Path, default=None,
                     help="write the report and picture from this JSON of an earlier run")

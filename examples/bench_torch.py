@@ -64,8 +64,8 @@ gradients bitwise on every row of ours.
 
 Writes ``bench_torch_<preset>.json`` (every number, the machine) and ``.md`` (the tables) to
 ``--out`` (default ``results/``), prints the markdown, and draws measured peak against
-recomputed FLOPs, one panel per network (``--plot``; default ``docs/images/bench_torch.png``
-for the CPU preset).
+recomputed FLOPs, one panel per network (``--plot``; default ``bench_torch_<preset>.png`` in
+``--out``; the documentation site draws it from the JSON when it is built).
 
 Example (the CPU preset; ``KINETO_LOG_LEVEL=5`` quiets the profiler; on a 2-core machine
 that other jobs share, one thread is faster than two, whose OpenMP threads wait for each
@@ -1072,8 +1072,7 @@ def main(argv=None):
     parser.add_argument("--out", default=str(ROOT / "results"),
                         help="folder of bench_torch_<preset>.json and .md (default results/)")
     parser.add_argument("--plot", default=None,
-                        help="picture (default docs/images/bench_torch.png for the cpu preset, "
-                             "else bench_torch_<preset>.png in --out)")
+                        help="picture (default bench_torch_<preset>.png in --out)")
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="write the markdown and the picture of an earlier run's JSON "
                              "(beside it, and --plot) without running anything")
@@ -1086,8 +1085,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     out = pathlib.Path(args.out) / f"bench_torch_{args.preset}"
-    picture = args.plot or (ROOT / "docs" / "images" / "bench_torch.png"
-                            if args.preset == "cpu" else out.with_suffix(".png"))
+    picture = args.plot or out.with_suffix(".png")
     info = machine_info(device)
     if device.type == "cpu":
         # steadier step times (freed blocks reused, not re-faulted); no memory figure changes

@@ -1,4 +1,4 @@
-"""Benchmark tables rendered from ``results/*.json`` when the site is built.
+"""Benchmark tables and pictures rendered from ``results/*.json`` when the site is built.
 
 A page writes::
 
@@ -6,9 +6,12 @@ A page writes::
     ```
 
 and gets the Markdown that the benchmark's own renderer (``examples/bench_*.py``) makes from
-its JSON, parsed as part of the page. Where the JSON is not in the checkout, the page says so
-and names the command that writes it; nothing is typed by hand. Each JSON file is a dependency
-of its page, so a re-run of a benchmark rebuilds the page.
+its JSON, parsed as part of the page; ``{results-figure} NAME`` draws the benchmark's picture
+from its JSON with the benchmark's own plotting function into ``docs/_generated/`` (not
+committed) and shows it. Where the JSON is not in the checkout, the page says so and names the
+command that writes it; nothing is typed by hand. Each JSON file is a dependency of its page,
+so a re-run of a benchmark rebuilds the page. ``{results-md} FILE`` shows a Markdown file of a
+run that wrote no JSON (the GPU records of Table 1).
 """
 
 import importlib
@@ -70,6 +73,34 @@ def _figure4(data):
             + m.markdown(data["results"]))
 
 
+def _table1(data):
+    return _example("reproduce_table1").page_markdown(data)
+
+
+def _bench_planner(data):
+    return _example("bench_planner").page_markdown(data)
+
+
+def _bench_dtr(data):
+    return _example("bench_dtr").page_markdown(data)
+
+
+def _bench_optimality(data):
+    return _example("bench_optimality").markdown(data)
+
+
+def _bench_budgets(data):
+    if isinstance(data, list):   # the JSON of a run before it recorded the machine
+        data = {"machine": "not recorded", "command": "examples/bench_budgets.py",
+                "rows": data}
+    return _example("bench_budgets").markdown(data)
+
+
+def _bench_executor(data):
+    m = _example("bench_executor")
+    return m.markdown(data["results"], data["machine"], data.get("repeats", "?"))
+
+
 # name -> (JSON file under results/, renderer, the command that writes the JSON)
 TABLES = {
     "bench_hf": ("bench_hf.json", _bench_hf, "python examples/bench_hf.py"),
@@ -90,7 +121,23 @@ TABLES = {
                                "python examples/profile_torch_executor.py"),
     "figure4_gpu_h100": ("figure4_gpu_h100.json", _figure4,
                          "bash scripts/gpu_device.sh figure4 --networks resnet50"),
+    "figure4": ("figure4.json", _figure4, "python examples/reproduce_figure4.py"),
+    "table1": ("table1.json", _table1, "./scripts/main.sh"),
+    "bench_planner": ("bench_planner.json", _bench_planner,
+                      "python examples/bench_planner.py --json results/bench_planner.json"),
+    "bench_dtr": ("dtr/bench_dtr.json", _bench_dtr, "python examples/bench_dtr.py"),
+    "bench_optimality": ("bench_optimality.json", _bench_optimality,
+                         "python examples/bench_optimality.py --json "
+                         "results/bench_optimality.json"),
+    "budgets": ("budgets.json", _bench_budgets, "python examples/bench_budgets.py"),
+    "bench_executor": ("bench_executor.json", _bench_executor,
+                       "python examples/bench_executor.py"),
 }
+
+
+def _missing(file, command):
+    return (f"```{{note}}\nThis checkout has no `results/{file}`: `{command}` writes it, "
+            "and the next build of the site shows it here.\n```\n")
 
 
 def render(name):
@@ -98,9 +145,20 @@ def render(name):
     file, renderer, command = TABLES[name]
     path = RESULTS / file
     if not path.exists():
-        return (f"```{{note}}\nThis checkout has no `results/{file}`: `{command}` writes it, "
-                "and the next build of the site shows its tables here.\n```\n")
+        return _missing(file, command)
     return renderer(json.loads(path.read_text()))
+
+
+def _bold_headings(text):
+    """A table's own headings would enter the page's outline: they become bold lines."""
+    return [("**" + ln.lstrip("#").strip() + "**") if ln.startswith("#") else ln
+            for ln in text.splitlines()]
+
+
+def _parsed(directive, lines, source):
+    box = nodes.container(classes=["results-table"])
+    directive.state.nested_parse(StringList(lines, source=source), directive.content_offset, box)
+    return [box]
 
 
 class ResultsTable(SphinxDirective):
@@ -110,26 +168,79 @@ class ResultsTable(SphinxDirective):
     has_content = False
 
     def run(self):
+        """The parsed tables, or a note naming the command."""
         name = self.arguments[0]
         if name not in TABLES:
             raise self.error(f"unknown benchmark {name!r}; known: {', '.join(TABLES)}")
         path = RESULTS / TABLES[name][0]
         if path.exists():
             self.env.note_dependency(str(path))
-        # a table's own headings would enter the page's outline: they become bold lines
-        lines = []
-        for line in render(name).splitlines():
-            if line.startswith("#"):
-                line = "**" + line.lstrip("#").strip() + "**"
-            lines.append(line)
-        box = nodes.container(classes=["results-table"])
-        self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
-        return [box]
+        return _parsed(self, _bold_headings(render(name)), str(path))
 
 
-def setup(app):
-    app.add_directive("results-table", ResultsTable)
-    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+def _draw_table1(data, path):
+    _example("reproduce_table1").bar_chart(data["results"], path)
+
+
+def _draw_figure4(data, path):
+    _example("reproduce_figure4").plot(data["results"], path,
+                                       f"Figure 4 ({data['preset']} preset)")
+
+
+def _draw_bench_scale(data, path):
+    m = _example("bench_scale")
+    m.picture(data["rows"], m.fits(data["rows"]), path)
+
+
+def _draw_bench_torch(data, path):
+    _example("bench_torch").plot(data["results"], path)
+
+
+def _draw_bench_dtr(data, path):
+    _example("bench_dtr").picture(data["results"], path)
+
+
+# name -> (JSON file under results/, drawer(data, png path), the command that writes the JSON,
+# alt text)
+FIGURES = {
+    "table1": ("table1.json", _draw_table1, "./scripts/main.sh",
+               "Measured peaks of each strategy per network"),
+    "figure4": ("figure4.json", _draw_figure4, "python examples/reproduce_figure4.py",
+                "Time per iteration against batch size, per network and method"),
+    "bench_scale": ("bench_scale.json", _draw_bench_scale, TABLES["bench_scale"][2],
+                    "Planner time against graph size, per family"),
+    "bench_scale_gpt": ("bench_scale_gpt.json", _draw_bench_scale,
+                        TABLES["bench_scale_gpt"][2], "Planner time against depth"),
+    "bench_torch_cpu": ("bench_torch_cpu.json", _draw_bench_torch, TABLES["bench_torch_cpu"][2],
+                        "Measured peak against recomputed FLOPs, per network and method"),
+    "bench_torch_gpu": ("bench_torch_gpu.json", _draw_bench_torch, TABLES["bench_torch_gpu"][2],
+                        "Measured peak against recomputed FLOPs on the GPU"),
+    "bench_dtr": ("dtr/bench_dtr.json", _draw_bench_dtr, TABLES["bench_dtr"][2],
+                  "Recomputation against budget, per network and method"),
+}
+
+
+class ResultsFigure(SphinxDirective):
+    """``{results-figure} NAME``: the picture of benchmark NAME, drawn from its JSON at build
+    time into ``docs/_generated/NAME.png``."""
+
+    required_arguments = 1
+    has_content = False
+
+    def run(self):
+        """The image node, or a note naming the command."""
+        name = self.arguments[0]
+        if name not in FIGURES:
+            raise self.error(f"unknown picture {name!r}; known: {', '.join(FIGURES)}")
+        file, draw, command, alt = FIGURES[name]
+        path = RESULTS / file
+        if not path.exists():
+            return _parsed(self, _missing(file, command).splitlines(), str(path))
+        self.env.note_dependency(str(path))
+        out = Path(self.env.srcdir) / "_generated" / f"{name}.png"
+        out.parent.mkdir(exist_ok=True)
+        draw(json.loads(path.read_text()), out)
+        return [nodes.image(uri=f"/_generated/{name}.png", alt=alt)]
 
 
 class ResultsMarkdown(SphinxDirective):
@@ -137,33 +248,23 @@ class ResultsMarkdown(SphinxDirective):
     no JSON (its headings become bold lines); where absent, a note naming the command."""
 
     required_arguments = 1
-    optional_arguments = 0
     has_content = True
-    final_argument_whitespace = False
 
     def run(self):
+        """The parsed file, or a note naming the command."""
         path = RESULTS / self.arguments[0]
         command = " ".join(self.content).strip() or "the benchmark's command"
         if path.exists():
             self.env.note_dependency(str(path))
             text = path.read_text()
         else:
-            text = (f"```{{note}}\nThis checkout has no `results/{self.arguments[0]}`: "
-                    f"`{command}` writes it.\n```\n")
-        lines = [("**" + ln.lstrip("#").strip() + "**") if ln.startswith("#") else ln
-                 for ln in text.splitlines()]
-        box = nodes.container(classes=["results-table"])
-        self.state.nested_parse(StringList(lines, source=str(path)), self.content_offset, box)
-        return [box]
+            text = _missing(self.arguments[0], command)
+        return _parsed(self, _bold_headings(text), str(path))
 
 
-def _setup_md(app):
+def setup(app):
+    """Register the three directives."""
+    app.add_directive("results-table", ResultsTable)
+    app.add_directive("results-figure", ResultsFigure)
     app.add_directive("results-md", ResultsMarkdown)
-
-
-_setup_tables = setup
-
-
-def setup(app):  # noqa: F811
-    _setup_md(app)
-    return _setup_tables(app)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
