@@ -90,15 +90,12 @@ def _bench_optimality(data):
 
 
 def _bench_budgets(data):
-    if isinstance(data, list):   # the JSON of a run before it recorded the machine
-        data = {"machine": "not recorded", "command": "examples/bench_budgets.py",
-                "rows": data}
     return _example("bench_budgets").markdown(data)
 
 
 def _bench_executor(data):
     m = _example("bench_executor")
-    return m.markdown(data["results"], data["machine"], data.get("repeats", "?"))
+    return m.markdown(data["results"], data["machine"], data["repeats"])
 
 
 # name -> (JSON file under results/, renderer, the command that writes the JSON)
