@@ -905,12 +905,12 @@ def time_front(G: Graph, budget: Number, method: str = "exact", *,
         larger budget): the deepening starts at twice it, which saves its first passes; the
         front then reaches up to that cap.
     start_at_bound : bool, default False
-        True, or a start at least :data:`_JUMP_SHARE` of `overhead_bound`, replaces the
-        deepening's passes by one pass capped at `overhead_bound` (where it is close to the
-        optimum: the optimum at a slightly smaller budget), its front cut at the cap where the
-        deepening stops: the same strategies (the states of overhead up to a cap, and their
-        back-pointers, do not depend on how far above it a pass is capped; see
-        :func:`_kernels.dp_fronts`).
+        With True, or where the deepening's start lies at least :data:`_JUMP_SHARE` of
+        `overhead_bound`, one pass capped at `overhead_bound` (where it is close to the
+        optimum: the optimum at a slightly smaller budget) replaces the deepening's passes,
+        and its front is cut at the cap where the deepening stops: the same strategies (the
+        states of overhead up to a cap, and their back-pointers, do not depend on how far
+        above it a pass is capped; see :func:`_kernels.dp_fronts`).
 
     Returns
     -------
