@@ -38,9 +38,11 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    import chainer
-
+    # chainer_ext first: it applies its fixes for NumPy 2 / Python 3.12 before importing Chainer
     from chainer_ext import RecomputeHook, peak_memory
+
+    # isort: split
+    import chainer
 
 import numpy as np  # noqa: E402
 
@@ -161,8 +163,23 @@ def table(rows):
 
 
 def markdown(data):
-    """The Markdown of a run's JSON: the machine, the command and :func:`table`."""
-    return f"{data['machine']}\n\nCommand: `{data['command']}`.\n\n{table(data['rows'])}\n"
+    """The Markdown of a run's JSON: the machine, the command and :func:`table`.
+
+    Parameters
+    ----------
+    data : dict or list
+        ``{"machine", "command", "rows"}`` as :func:`main` writes it, or the bare list of rows
+        that earlier runs wrote (their machine and command read "not recorded").
+
+    Returns
+    -------
+    str
+        The page's Markdown.
+    """
+    if isinstance(data, list):
+        data = {"rows": data}
+    return (f"Machine: {data.get('machine', 'not recorded')}.\n\n"
+            f"Command: `{data.get('command', 'not recorded')}`.\n\n{table(data['rows'])}\n")
 
 
 def main(argv=None):

@@ -49,6 +49,10 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    # chainer_ext first: it applies its fixes for NumPy 2 / Python 3.12 before importing Chainer
+    import chainer_ext  # noqa: F401
+
+    # isort: split
     import chainer
 
 import numpy as np  # noqa: E402
@@ -252,12 +256,31 @@ def _memory_table(r):
 
 
 def markdown(results, info, repeats):
+    """The Markdown of a run: the machine line, then per network its time and memory tables.
+
+    Parameters
+    ----------
+    results : list of dict
+        What :func:`bench` returns, one per network.
+    info : dict
+        The machine, as :func:`main` records it.
+    repeats : int or None
+        Rounds of the round robin; None (a JSON of a run that did not record them) reads
+        "Rounds of the round robin not recorded".
+
+    Returns
+    -------
+    str
+        The page's Markdown.
+    """
     threads = ", ".join(f"{k.upper()}={info[k]}" for k in ("omp_num_threads",
                                                            "openblas_num_threads") if info[k])
+    rounds = ("Rounds of the round robin not recorded" if repeats is None
+              else f"{repeats} rounds round-robin per network")
     lines = [(f"Machine: {_machine.machine_line(info)}; GPU: {info.get('gpu') or 'none'}"
               f"{'; ' + threads if threads else ''}; "
-              f"{info.get('allocator') or 'system allocator'}. {repeats} rounds round-robin "
-              "per network; times are medians."), ""]
+              f"{info.get('allocator') or 'system allocator'}. {rounds}; times "
+              "are medians."), ""]
     for r in results:
         lb, la = r["load_before_after"]
         steal = f", steal {r['steal_s']:.1f} s" if r["steal_s"] is not None else ""

@@ -80,9 +80,11 @@ if str(ROOT) not in sys.path:
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    import chainer
-
+    # chainer_ext first: it applies its fixes for NumPy 2 / Python 3.12 before importing Chainer
     from chainer_ext import RecomputeHook, extrapolate, max_batch_size  # noqa: F401
+
+    # isort: split
+    import chainer
 
 import numpy as np  # noqa: E402
 
@@ -395,6 +397,30 @@ def markdown(results):
     return "\n".join(lines)
 
 
+def _device(data):
+    """The device of a run's JSON; runs that did not record it name it in their command."""
+    return data.get("device") or ("gpu" if "--device gpu" in data["command"] else "cpu")
+
+
+def picture_title(data):
+    """The title of the picture of a run's JSON (``figure4.json``)."""
+    return f"Figure 4 ({data['preset']} preset, {_device(data)})"
+
+
+def page_markdown(data):
+    """The Markdown of a run's JSON (``figure4.json``): the machine, the load, the command,
+    :func:`markdown`'s table and the wall time per network."""
+    info, (load0, load1), results = data["machine"], data["loadavg"], data["results"]
+    warmup = data.get("warmup", PRESETS[data["preset"]]["warmup"])
+    times = ", ".join(f"{r['network']} {r['elapsed_s']:.0f} s" for r in results)
+    return (f"# Figure 4 reproduction ({data['preset']} preset, {_device(data)})\n\n"
+            f"Machine: {machine_line(info)}; {info.get('allocator') or 'system allocator'}; "
+            f"load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end.\n\n"
+            f"Command: `{data['command']}`; total {data['elapsed_s']:.0f} s; "
+            f"medians of {data['repeat']} iterations{' after a warm-up' if warmup else ''}."
+            f"\n\n{markdown(results)}\n\nWall time per network: {times}.\n")
+
+
 def parse_args(argv=None):
     """Parse the command line (see ``--help``)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -453,23 +479,15 @@ def main(argv=None):
     elapsed = time.perf_counter() - t0
     load1 = os.getloadavg()
     command = "examples/reproduce_figure4.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    table = markdown(results)
-    md = (f"# Figure 4 reproduction ({a.preset} preset, {a.device})\n\n"
-          f"Machine: {machine_line(info)}; {info['allocator'] or 'system allocator'}; "
-          f"load average {load0[0]:.1f} at the start, "
-          f"{load1[0]:.1f} at the end.\n\nCommand: `{command}`; total {elapsed:.0f} s; "
-          f"medians of {repeat} iterations"
-          f"{' after a warm-up' if preset['warmup'] else ''}.\n\n{table}\n\n"
-          "Wall time per network: " + ", ".join(f"{r['network']} {r['elapsed_s']:.0f} s"
-                                                for r in results) + ".\n")
+    data = {"machine": info, "loadavg": [load0, load1], "command": command, "preset": a.preset,
+            "device": a.device, "repeat": repeat, "warmup": preset["warmup"],
+            "elapsed_s": elapsed, "paper": PAPER, "results": results}
+    md = page_markdown(data)
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "figure4.md").write_text(md)
-    (out / "figure4.json").write_text(json.dumps(
-        {"machine": info, "loadavg": [load0, load1], "command": command, "preset": a.preset,
-         "repeat": repeat, "elapsed_s": elapsed, "paper": PAPER, "results": results},
-        indent=1, default=str))
-    plot(results, out / "figure4.png", f"Figure 4 ({a.preset} preset, {a.device})")
+    (out / "figure4.json").write_text(json.dumps(data, indent=1, default=str))
+    plot(results, out / "figure4.png", picture_title(data))
     print(md)
     print(f"Wrote {out / 'figure4.md'}, {out / 'figure4.json'}, {out / 'figure4.png'}")
     return {"results": results, "elapsed_s": elapsed}

@@ -72,9 +72,10 @@ if str(ROOT) not in sys.path:
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     # chainer_ext first: it applies its fixes for NumPy 2 / Python 3.12 before importing Chainer
-    import chainer
-
     from chainer_ext import RecomputeHook, peak_memory, trace
+
+    # isort: split
+    import chainer
 
 import numpy as np  # noqa: E402
 

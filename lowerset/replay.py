@@ -86,7 +86,8 @@ class EventCursor:
         Parameters
         ----------
         kind : str
-            The event kind of the framework's call (``"forward"``, ``"backward"``...).
+            The event kind of the framework's call, one of :data:`FRAMEWORK_KINDS`
+            (``"forward"`` or ``"backward"``).
         v : int
             The node id of the call.
         """

@@ -91,3 +91,22 @@ def test_ours_below_its_least_peak_runs_the_least_peak_plan():
     plain = lowerset.schedule(g).peak
     assert rf.plan_at("ours", g, plain, "exact").lower_sets == \
         lowerset.solve(g, budget=plain, method="exact").lower_sets
+
+
+def _record(**extra):
+    info = {"cpu": "Test CPU", "logical_cores": 2, "python": "3.11", "allocator": None}
+    return {"machine": info, "loadavg": [[0.5, 0, 0], [1.5, 0, 0]], "preset": "gpu",
+            "command": "examples/reproduce_figure4.py --device gpu", "repeat": 4,
+            "elapsed_s": 12.0, "results": [], **extra}
+
+
+def test_page_markdown_of_a_record():
+    """The page's Markdown comes from the JSON alone; a record without "device" and "warmup"
+    (written before they were recorded) takes them from its command and its preset."""
+    old = rf.page_markdown(_record())
+    assert old.startswith("# Figure 4 reproduction (gpu preset, gpu)\n\nMachine: Test CPU")
+    assert "load average 0.5 at the start, 1.5 at the end" in old
+    assert "medians of 4 iterations after a warm-up." in old
+    new = rf.page_markdown(_record(device="cpu", warmup=0))
+    assert "(gpu preset, cpu)" in new and "iterations." in new and "warm-up" not in new
+    assert rf.picture_title(_record()) == "Figure 4 (gpu preset, gpu)"

@@ -25,6 +25,8 @@ def listed():
 
 
 def main():
+    """Exit status: 0 where the API pages list every public name, else 1 (the names missing
+    printed to stderr)."""
     have, missing = listed(), []
     for name in PACKAGES:
         module = importlib.import_module(name)

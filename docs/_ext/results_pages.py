@@ -66,11 +66,7 @@ def _profile_torch_executor(data):
 
 
 def _figure4(data):
-    m = _example("reproduce_figure4")
-    info = data["machine"]
-    machine = ", ".join(f"{k} {v}" for k, v in info.items() if v is not None)
-    return (f"Machine: {machine}. Command: `{data['command']}` ({data['elapsed_s']:.0f} s).\n\n"
-            + m.markdown(data["results"]))
+    return _example("reproduce_figure4").page_markdown(data)
 
 
 def _table1(data):
@@ -95,7 +91,7 @@ def _bench_budgets(data):
 
 def _bench_executor(data):
     m = _example("bench_executor")
-    return m.markdown(data["results"], data["machine"], data["repeats"])
+    return m.markdown(data["results"], data["machine"], data.get("repeats"))
 
 
 # name -> (JSON file under results/, renderer, the command that writes the JSON)
@@ -180,8 +176,8 @@ def _draw_table1(data, path):
 
 
 def _draw_figure4(data, path):
-    _example("reproduce_figure4").plot(data["results"], path,
-                                       f"Figure 4 ({data['preset']} preset)")
+    m = _example("reproduce_figure4")
+    m.plot(data["results"], path, m.picture_title(data))
 
 
 def _draw_bench_scale(data, path):

@@ -215,12 +215,13 @@ class CanonicalModel:
 
     def cut(self, dropped: BoolArray, peak: float | None = None,
             cost: float | None = None) -> None:
-        """Raise the model's peak or cost of a drop set, or exclude the set (both None).
+        """Raise the model's peak (bytes) or cost (cost units) of drop set `dropped` to `peak`
+        or `cost`, or exclude the set (both None).
 
         Parameters
         ----------
         dropped : ndarray of bool, shape (n,)
-            The drop set.
+            The drop set, one bool per node.
         peak : float, optional
             Its peak, bytes.
         cost : float, optional

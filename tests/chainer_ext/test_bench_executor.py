@@ -94,3 +94,10 @@ def test_reuse_freed_memory_hands_the_freed_block_out_again():
         counts[mode] = int(out[-1])
     # a fault maps 4 KiB to 2 MiB depending on the kernel: 128 MiB is at least 64 faults
     assert counts["reuse"] < 16 and counts["system"] >= 64, counts
+
+
+def test_markdown_says_when_the_rounds_are_not_recorded():
+    info = {"cpu": "Test CPU", "logical_cores": 2, "python": "3.11", "omp_num_threads": None,
+            "openblas_num_threads": None}
+    assert "5 rounds round-robin per network; times are medians." in be.markdown([], info, 5)
+    assert "Rounds of the round robin not recorded;" in be.markdown([], info, None)
