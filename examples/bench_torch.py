@@ -62,6 +62,15 @@ every budget where a PyTorch method fits, ours fits and recomputes no more FLOPs
 rule); our least peak is at most every PyTorch method's least peak; prediction within 3% and
 gradients bitwise on every row of ours.
 
+With ``--hf [MODEL ...]`` (on the CPU) the run also measures the Hugging Face models of
+``examples/hf_models.py`` (GPT-2, LLaMA, BERT, T5 from configs, random weights; eager and
+sdpa attention; size ``HF_SIZES[preset]``), traced with the model's own loss, one row each
+(:func:`bench_hf_model`): the plain step, transformers' own per-layer checkpointing
+(``activation_checkpointing_enable()``, non-reentrant), our least peak and our plan at the peak
+HF's checkpointing measures: peak, recomputed FLOPs by both rules, step time over plain
+(median of ``HF_ROUNDS`` rotated rounds, or ``--rounds``), ours predicted and bitwise.
+``--models`` with no network runs those rows alone.
+
 Writes ``bench_torch_<preset>.json`` (every number, the machine) and ``.md`` (the tables) to
 ``--out`` (default ``results/``), prints the markdown, and draws measured peak against
 recomputed FLOPs, one panel per network (``--plot``; default ``bench_torch_<preset>.png`` in
@@ -72,6 +81,8 @@ that other jobs share, one thread is faster than two, whose OpenMP threads wait 
 other; the ILP solver needs scipy)::
 
     KINETO_LOG_LEVEL=5 .venv-torch/bin/python examples/bench_torch.py --preset cpu --threads 1
+    KINETO_LOG_LEVEL=5 .venv-torch/bin/python examples/bench_torch.py --preset cpu --threads 1 \
+        --models --hf --out results/bench_torch_hf
 """
 
 import argparse
@@ -754,6 +765,149 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     return result
 
 
+# -- Hugging Face models beside their own per-layer checkpointing ------------------------------
+
+#: Timing rounds of the Hugging Face rows (each runs the row's configurations once).
+HF_ROUNDS = 9
+
+#: The Hugging Face models' size (``examples/hf_models.py``'s SIZES) per preset.
+HF_SIZES = {"test": "test", "cpu": "cpu", "gpu": "cpu"}
+
+
+def _hf_models():
+    """``examples/hf_models.py``, imported as the scripts import it (examples/ on the path)."""
+    folder = str(ROOT / "examples")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import hf_models
+    return hf_models
+
+
+def run_step(model, step, ctx=None):
+    """One forward and backward of ``step()`` (it returns the loss), the gradients of `model`
+    set to None first, inside context `ctx` where given."""
+    model.zero_grad(set_to_none=True)
+    with contextlib.nullcontext() if ctx is None else ctx:
+        step().backward()
+
+
+def _hf_measure(model, step, ctx_factory):
+    """The measured peak above the step's start (bytes) and the step's FLOPs by both rules of
+    :class:`FlopCount` (``flops``, ``formula``): two runs of the step, each in a fresh
+    ``ctx_factory()`` (a context, or None)."""
+    with MemoryMeter("cpu") as meter:
+        run_step(model, step, ctx_factory())
+    counter = FlopCount()
+    with counter:
+        run_step(model, step, ctx_factory())
+    model.zero_grad(set_to_none=True)
+    return {"peak": meter.result.peak, "flops": counter.flops, "formula": counter.formula}
+
+
+def _hf_checkpointing(model, on):
+    """Transformers' per-layer checkpointing (non-reentrant) switched on or off
+    (``activation_checkpointing_enable``, the name of ``gradient_checkpointing_enable`` since
+    transformers 5)."""
+    if on:
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.activation_checkpointing_disable()
+
+
+def bench_hf_model(name, attention, size, rounds=HF_ROUNDS):
+    """One row of the Hugging Face table: model `name` of ``examples/hf_models.py`` with
+    `attention` ("eager" or "sdpa") at `size`, traced with its own loss. Measured: the plain
+    step; ``activation_checkpointing_enable()`` (non-reentrant); our least peak
+    (``lowerset.min_peak``) and our plan at the peak HF's checkpointing measures
+    (``lowerset.solve``; None where infeasible). Peaks are whole-step bytes (the resident
+    parameters and batch added); recomputed FLOPs are the step's :class:`FlopCount` minus the
+    plain step's, by both rules; times are over the plain step's, median of `rounds` rotated
+    rounds."""
+    model, step = _hf_models().build(name, attention, size)
+    graph = torch_ext.trace(step, model=model)
+    resident = int(graph.facts.resident)
+    plain = _hf_measure(model, step, lambda: None)
+    _hf_checkpointing(model, True)
+    hf = _hf_measure(model, step, lambda: None)
+    _hf_checkpointing(model, False)
+    plans = {"least": lowerset.min_peak(graph)}
+    try:
+        plans["at_hf"] = lowerset.solve(graph, hf["peak"] + resident)
+    except lowerset.InfeasibleBudgetError:
+        plans["at_hf"] = None
+    row = {"model": name, "attention": attention, "nodes": graph.n, "resident": resident}
+    for key, m in (("plain", plain), ("hf", hf)):
+        row[key] = {"peak": m["peak"] + resident, "recomputed_flops": m["flops"] - plain["flops"],
+                    "recomputed_formula": m["formula"] - plain["formula"]}
+    for key, plan in plans.items():
+        if plan is None:
+            row[key] = None
+            continue
+        m = _hf_measure(model, step, lambda p=plan: torch_ext.RecomputeContext(p, model=model))
+        total, counted, copies = planned_flops(graph, plan)
+        row[key] = {"peak": m["peak"] + resident, "predicted": int(plan.schedule.peak),
+                    "recomputed_flops": m["flops"] - plain["flops"],
+                    "recomputed_formula": m["formula"] - plain["formula"],
+                    "flops_match_plan": (m["flops"] - plain["flops"] == total + copies
+                                         and m["formula"] - plain["formula"] == counted),
+                    "bitwise": bool(torch_ext.verify(step, plan, model=model).ok)}
+    times = _hf_times(model, step, {"plain": None, "hf": None,
+                                    **{k: p for k, p in plans.items() if p is not None}}, rounds)
+    for key in times:
+        row[key]["time_ratio"] = time_ratio(times[key], times["plain"])
+    return row
+
+
+def _hf_times(model, step, plans, rounds):
+    """Wall seconds of each configuration's step (key -> one per round), `rounds` rounds in
+    rotated order; key "hf" runs with transformers' checkpointing on, the others under their
+    plan's context, made once as :func:`bench_network` does (None: the plain step)."""
+    contexts = {k: None if p is None else torch_ext.RecomputeContext(p, model=model)
+                for k, p in plans.items()}
+    times = {k: [] for k in plans}
+    order = list(plans)
+    for r in range(rounds):
+        for key in order[r % len(order):] + order[:r % len(order)]:
+            ctx = contexts[key]
+            _hf_checkpointing(model, key == "hf")
+            start = time.perf_counter()
+            run_step(model, step, ctx)
+            times[key].append(time.perf_counter() - start)
+            _hf_checkpointing(model, False)
+    return times
+
+
+def _hf_cell(x):
+    if x is None:
+        return "infeasible"
+    marks = "" if x.get("bitwise", True) else " **not bitwise**"
+    marks += "" if x.get("flops_match_plan", True) else " (FLOPs differ from the plan)"
+    predicted = f" ({_mb(x['predicted'])})" if "predicted" in x else ""
+    return (f"{_mb(x['peak'])}{predicted}, {_gf(x['recomputed_flops'])} / "
+            f"{_gf(x['recomputed_formula'])}, {x['time_ratio']:.2f}x{marks}")
+
+
+def hf_markdown(hf):
+    """The Hugging Face section of a run's Markdown from its JSON's ``"hf"`` entry
+    (``{"size", "rounds", "rows"}``, rows of :func:`bench_hf_model`)."""
+    lines = ["### Hugging Face models beside their own per-layer checkpointing", "",
+             f"`examples/hf_models.py` at size `{hf['size']}` (random weights, nothing "
+             "downloaded), traced with the model's own loss. HF: transformers' "
+             "`activation_checkpointing_enable()` (non-reentrant). Each cell: measured peak (MB; "
+             "ours: predicted in brackets), recomputed GFLOP all / formula, step time x plain "
+             f"(median of {hf['rounds']} rotated rounds).", "",
+             "| model | attention | nodes | plain peak (MB) | HF per-layer checkpointing | "
+             "ours, least peak | ours at HF's peak | our least peak below HF's |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in hf["rows"]:
+        below = (r["hf"]["peak"] - r["least"]["peak"]) / r["hf"]["peak"]
+        lines.append(f"| {r['model']} | {r['attention']} | {r['nodes']} | "
+                     f"{_mb(r['plain']['peak'])} | {_hf_cell(r['hf'])} | "
+                     f"{_hf_cell(r['least'])} | {_hf_cell(r['at_hf'])} | {100 * below:.1f}% |")
+    return lines + [""]
+
+
 def _with(cm_factory, arg, fn):
     def run():
         with cm_factory(arg):
@@ -914,23 +1068,39 @@ TARGET_NAMES = {"budgets": "at each budget a PyTorch method meets, ours fits and
                 "bitwise": "gradients bitwise"}
 
 
-def markdown(results, info, preset):
+def markdown(results, info, preset, hf=None):
+    """The Markdown of a run: the machine; where `results` (one per network of
+    :func:`bench_network`) has any, the summary, each network's tables and the targets; then
+    the Hugging Face section of `hf` (the JSON's ``"hf"`` entry) where given."""
     lines = [f"Machine: {machine_line(info)}. Preset `{preset}`. MB = 1e6 bytes; GFLOP = 1e9 "
              "FLOPs, recomputed: by torch.utils.flop_counter's formulas, else one per output "
              "element (\"all\"), and by the formulas alone (\"formula\", what "
              "FlopCounterMode counts).", ""]
-    lines += summary_md(results)
-    for res in results:
-        lines += _network_md(res)
-    lines += ["### Targets", "", "| network | " + " | ".join(TARGET_NAMES.values()) + " |",
-              "|---|" + "---|" * len(TARGET_NAMES)]
-    for res in results:
-        cells = []
-        for k in TARGET_NAMES:
-            t = res["targets"][k]
-            cells.append("met" if t["met"] else "missed: " + "; ".join(t["misses"]))
-        lines.append(f"| {res['network']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    if results:
+        lines += summary_md(results)
+        for res in results:
+            lines += _network_md(res)
+        lines += ["### Targets", "",
+                  "| network | " + " | ".join(TARGET_NAMES.values()) + " |",
+                  "|---|" + "---|" * len(TARGET_NAMES)]
+        for res in results:
+            cells = []
+            for k in TARGET_NAMES:
+                t = res["targets"][k]
+                cells.append("met" if t["met"] else "missed: " + "; ".join(t["misses"]))
+            lines.append(f"| {res['network']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if hf:
+        lines += hf_markdown(hf)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def page_markdown(data):
+    """The Markdown of a run's JSON (what :func:`main` writes): :func:`markdown` and the wall
+    time where recorded."""
+    md = markdown(data["results"], data["machine"], data["preset"], data.get("hf"))
+    seconds = data["machine"].get("seconds")
+    return md + ("" if seconds is None else f"\nWall time: {seconds:.0f} s.\n")
 
 
 def summary_md(results):
@@ -1059,7 +1229,12 @@ def plot(results, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--models", nargs="+", choices=NETWORKS, default=TORCH_NETWORKS)
+    parser.add_argument("--models", nargs="*", choices=NETWORKS, default=TORCH_NETWORKS,
+                        help="networks of examples/torch_models.py (none: only --hf's rows)")
+    parser.add_argument("--hf", nargs="*", default=None, metavar="MODEL",
+                        help="also the Hugging Face models of examples/hf_models.py (gpt2, "
+                             "llama, bert, t5; none named: all four), eager and sdpa, beside "
+                             "transformers' per-layer checkpointing; on the CPU")
     parser.add_argument("--device", default=None,
                         help="cpu or cuda (default: cuda for --preset gpu, else cpu)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds")
@@ -1080,6 +1255,15 @@ def main(argv=None):
     if args.render:
         return render(args.render, args.plot)
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
+    hf_names = None if args.hf is None else (args.hf or list(_hf_models().MODELS))
+    unknown = sorted(set(hf_names or ()) - set(_hf_models().MODELS))
+    if unknown:
+        parser.error(f"--hf: unknown model(s) {unknown}; expected some of {_hf_models().MODELS}")
+    if hf_names and device.type != "cpu":
+        parser.error("--hf runs on the CPU (examples/hf_models.py builds CPU models); "
+                     "pass --device cpu")
+    if not args.models and not hf_names:
+        parser.error("nothing to run: --models names no network and --hf no model")
     if device.type == "cuda":
         deterministic_cuda()
     if args.threads:
@@ -1094,26 +1278,37 @@ def main(argv=None):
     start = time.perf_counter()
     results = [bench_network(name, args.preset, device, ratios=args.ratios,
                              rounds=args.rounds) for name in args.models]
+    data = {"machine": info, "preset": args.preset, "results": results}
+    if hf_names:
+        size, rounds = HF_SIZES[args.preset], args.rounds or HF_ROUNDS
+        rows = []
+        for name in hf_names:
+            for attention in _hf_models().ATTENTIONS:
+                _log(f"Hugging Face {name} ({attention}), size {size}")
+                rows.append(bench_hf_model(name, attention, size, rounds))
+        data["hf"] = {"size": size, "rounds": rounds, "rows": rows}
     info["seconds"] = time.perf_counter() - start
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_suffix(".json"), "w") as f:
-        json.dump({"machine": info, "preset": args.preset, "results": results}, f, indent=1,
-                  default=str)
-    md = markdown(results, info, args.preset) + f"\nWall time: {info['seconds']:.0f} s.\n"
+        json.dump(data, f, indent=1, default=str)
+    md = page_markdown(data)
     out.with_suffix(".md").write_text(md)
-    plot(results, picture)
+    if results:
+        plot(results, picture)
     print(md)
-    _log(f"wrote {out.with_suffix('.json')}, {out.with_suffix('.md')}, {picture}")
+    _log(f"wrote {out.with_suffix('.json')}, {out.with_suffix('.md')}"
+         + (f", {picture}" if results else ""))
 
 
 def render(path, picture=None):
-    """Markdown and picture of the run saved in JSON file `path` (the markdown beside it)."""
+    """Markdown and picture (where the run has networks) of the run saved in JSON file `path`
+    (the markdown beside it)."""
     path = pathlib.Path(path)
     data = json.loads(path.read_text())
-    info, results = data["machine"], data["results"]
-    md = markdown(results, info, data["preset"]) + f"\nWall time: {info['seconds']:.0f} s.\n"
+    md = page_markdown(data)
     path.with_suffix(".md").write_text(md)
-    plot(results, picture or path.with_suffix(".png"))
+    if data["results"]:
+        plot(data["results"], picture or path.with_suffix(".png"))
     print(md)
 
 

@@ -82,10 +82,10 @@ def _setup(name, attention, size):
 def _runner(model, step, plan):
     """One step of `model` (gradients None first), under `plan`'s context where given."""
     import torch_ext
-    from bench_hf import _run
+    from bench_torch import run_step
 
     ctx = None if plan is None else torch_ext.RecomputeContext(plan, model=model)
-    return functools.partial(_run, model, step, ctx)
+    return functools.partial(run_step, model, step, ctx)
 
 
 def _times(runners, rounds):

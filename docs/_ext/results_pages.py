@@ -2,7 +2,7 @@
 
 A page writes::
 
-    ```{results-table} bench_hf
+    ```{results-table} bench_torch_hf
     ```
 
 and gets the Markdown that the benchmark's own renderer (``examples/bench_*.py``) makes from
@@ -35,12 +35,6 @@ def _example(name):
     return importlib.import_module(name)
 
 
-def _bench_hf(data):
-    m = _example("bench_hf")
-    return m.markdown(data["rows"], m.machine_line(data["machine"]), data["size"],
-                      data["rounds"])
-
-
 def _bench_quality(data):
     m = _example("bench_quality")
     return m.markdown(data["rows"], m.machine_line(data["machine"]), data["exact_limit"])
@@ -55,10 +49,7 @@ def _bench_scale(data):
 
 
 def _bench_torch(data):
-    m = _example("bench_torch")
-    md = m.markdown(data["results"], data["machine"], data["preset"])
-    seconds = data["machine"].get("seconds")
-    return md + ("" if seconds is None else f"\nWall time: {seconds:.0f} s.\n")
+    return _example("bench_torch").page_markdown(data)
 
 
 def _profile_torch_executor(data):
@@ -96,7 +87,6 @@ def _bench_executor(data):
 
 # name -> (JSON file under results/, renderer, the command that writes the JSON)
 TABLES = {
-    "bench_hf": ("bench_hf.json", _bench_hf, "python examples/bench_hf.py"),
     "bench_quality": ("bench_quality.json", _bench_quality,
                       "python examples/bench_quality.py"),
     "bench_scale": ("bench_scale.json", _bench_scale, "python examples/bench_scale.py"),
@@ -108,6 +98,9 @@ TABLES = {
     "bench_torch_llama": ("bench_torch_llama/bench_torch_cpu.json", _bench_torch,
                           "python examples/bench_torch.py --preset cpu --models llama "
                           "--out results/bench_torch_llama"),
+    "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
+                       "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
+                       "--out results/bench_torch_hf"),
     "bench_torch_gpu": ("bench_torch_gpu.json", _bench_torch,
                         "bash scripts/gpu_device.sh torch (bench_torch.py --preset gpu)"),
     "profile_torch_executor": ("profile_torch_executor.json", _profile_torch_executor,
@@ -206,6 +199,9 @@ FIGURES = {
                         TABLES["bench_scale_gpt"][2], "Planner time against depth"),
     "bench_torch_cpu": ("bench_torch_cpu.json", _draw_bench_torch, TABLES["bench_torch_cpu"][2],
                         "Measured peak against recomputed FLOPs, per network and method"),
+    "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
+                       "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
+                       "--out results/bench_torch_hf"),
     "bench_torch_gpu": ("bench_torch_gpu.json", _draw_bench_torch, TABLES["bench_torch_gpu"][2],
                         "Measured peak against recomputed FLOPs on the GPU"),
     "bench_dtr": ("dtr/bench_dtr.json", _draw_bench_dtr, TABLES["bench_dtr"][2],

@@ -1,5 +1,5 @@
 """examples/bench_torch.py: the FLOP accounting of recomputation, counted by hand on a small MLP
-chain, and the choice of torch.compile's ratio for a byte budget."""
+chain, the choice of torch.compile's ratio for a byte budget, and the Hugging Face rows."""
 
 import pytest
 
@@ -110,3 +110,38 @@ def test_compiled_recomputation_is_counted_in_the_graphs(mlp):
             f["recomputed_formula"]
     assert switch.same_as() == {s: s for s in switch.settings}
     torch._dynamo.reset()
+
+
+def _hf_cell(peak, predicted=None, bitwise=True):
+    cell = {"peak": peak, "recomputed_flops": 2e6, "recomputed_formula": 1e6, "time_ratio": 1.5}
+    if predicted is not None:
+        cell.update(predicted=predicted, bitwise=bitwise, flops_match_plan=True)
+    return cell
+
+
+def test_hf_markdown_of_hand_made_rows():
+    """The Hugging Face section from its JSON: the cells and "below HF's" = (HF - ours) / HF."""
+    row = {"model": "gpt2", "attention": "sdpa", "nodes": 171, "resident": 0,
+           "plain": _hf_cell(4e6), "hf": _hf_cell(2e6), "least": _hf_cell(1.5e6, 1.5e6),
+           "at_hf": None}
+    bad = dict(row, least=_hf_cell(1.9e6, 1.8e6, bitwise=False))
+    md = "\n".join(bt.hf_markdown({"size": "test", "rounds": 9, "rows": [row, bad]}))
+    assert "median of 9 rotated rounds" in md
+    assert ("| gpt2 | sdpa | 171 | 4.000 | 2.000, 0.0020 / 0.0010, 1.50x | "
+            "1.500 (1.500), 0.0020 / 0.0010, 1.50x | infeasible | 25.0% |") in md
+    assert "1.900 (1.800), 0.0020 / 0.0010, 1.50x **not bitwise** |" in md and "| 5.0% |" in md
+
+
+def test_hf_row_of_gpt2_against_transformers_checkpointing():
+    """One row on a real model: HF's checkpointing recomputes, ours is bitwise with the
+    recomputed FLOPs the counter measures equal to the plan's, our least peak is the predicted
+    one and below HF's, and our plan at HF's peak fits it."""
+    pytest.importorskip("transformers")
+    row = bt.bench_hf_model("gpt2", "eager", "test", rounds=1)
+    hf, least, at_hf = row["hf"], row["least"], row["at_hf"]
+    assert hf["recomputed_formula"] > 0 and hf["peak"] < row["plain"]["peak"]
+    for ours in (least, at_hf):
+        assert ours["bitwise"] and ours["flops_match_plan"], ours
+        assert abs(ours["peak"] - ours["predicted"]) <= 0.01 * ours["predicted"], ours
+    assert least["peak"] < hf["peak"] and at_hf["peak"] <= hf["peak"]
+    assert at_hf["recomputed_formula"] <= hf["recomputed_formula"]
