@@ -28,7 +28,8 @@ import torch
 
 from .exceptions import MissingTorchAPIError
 
-__all__ = ["TorchDispatchMode", "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
+__all__ = ["TorchDispatchMode", "pop_dispatch_mode_temporarily", "current_dispatch_mode",
+           "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
            "flop_registry", "current_autograd_node", "is_view", "op_schema", "op_packet",
            "profiler_enabled", "profile_events", "event_name", "event_device_type",
            "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
@@ -47,6 +48,12 @@ APIS = {
     "TorchDispatchMode": (
         "torch.utils._python_dispatch.TorchDispatchMode",
         "the trace's, the executor's and verify's modes: every ATen call the step makes"),
+    "pop_dispatch_mode_temporarily": (
+        "torch.utils._python_dispatch._pop_mode_temporarily",
+        "the executor's backward pass runs without its dispatch mode (no Python per ATen call)"),
+    "current_dispatch_mode": (
+        "torch.utils._python_dispatch._get_current_dispatch_mode",
+        "whether the executor's dispatch mode is the innermost one before it steps aside"),
     "tree_flatten": ("torch.utils._pytree.tree_flatten", "a call's arguments as flat leaves"),
     "tree_unflatten": ("torch.utils._pytree.tree_unflatten",
                        "a call rebuilt from its leaves, to rerun it"),
@@ -141,6 +148,8 @@ def _look_up_all(table):
 _FOUND = _look_up_all(APIS)
 
 TorchDispatchMode = _FOUND["TorchDispatchMode"]
+pop_dispatch_mode_temporarily = _FOUND["pop_dispatch_mode_temporarily"]
+current_dispatch_mode = _FOUND["current_dispatch_mode"]
 tree_flatten = _FOUND["tree_flatten"]
 tree_unflatten = _FOUND["tree_unflatten"]
 WeakIdKeyDictionary = _FOUND["WeakIdKeyDictionary"]

@@ -152,6 +152,62 @@ def test_several_steps_in_one_block_and_one_context_reused():
     assert ctx.events == list(plan.schedule.events)
 
 
+def _dispatches_in_backward(monkeypatch, ctx, run):
+    """Calls of the context's dispatch mode made while autograd runs a backward node."""
+    calls = []
+    dispatch = RecomputeContext._dispatch
+
+    def counting(self, func, args, kwargs):
+        if torch._C._current_autograd_node() is not None:
+            calls.append(str(func))
+        return dispatch(self, func, args, kwargs)
+
+    monkeypatch.setattr(RecomputeContext, "_dispatch", counting)
+    with ctx:
+        run()
+    return calls
+
+
+@pytest.mark.parametrize("start", ["Tensor.backward", "autograd.backward", "autograd.grad"])
+def test_the_backward_pass_runs_without_the_dispatch_mode(monkeypatch, start):
+    """Each call that starts a backward pass runs with the dispatch mode set aside (no Python
+    call per ATen operation of the backward pass), and the plan's gradients stay bitwise."""
+    model, fn, graph, state, named = _net("dropout")
+    plain, _, _ = step(model, fn, state)
+    model.load_state_dict(state["model"])
+    torch.set_rng_state(state["rng"])
+    params = list(model.parameters())
+    for p in params:
+        p.grad = None
+    ctx = RecomputeContext(named["min_peak"], record=True)
+    grads = {}
+
+    def run():
+        loss = fn()
+        if start == "Tensor.backward":
+            loss.backward()
+        elif start == "autograd.backward":
+            torch.autograd.backward(loss)
+        else:
+            grads.update(zip(params, torch.autograd.grad(loss, params)))
+
+    assert _dispatches_in_backward(monkeypatch, ctx, run) == []
+    assert ctx.events == list(named["min_peak"].schedule.events)
+    got = {f"grad {n}": grads.get(p, p.grad) for n, p in model.named_parameters()}
+    assert all(torch.equal(plain[k], got[k]) for k in got)
+    assert torch.overrides._get_current_function_mode() is None   # nothing left pushed
+
+
+def test_without_the_backward_start_the_mode_sees_the_backward_pass(monkeypatch):
+    """The planted fault: with the backward start not watched, the dispatch mode sees every
+    operation of the backward pass (what the test above asserts does not happen)."""
+    model, fn, graph, state, named = _net("dropout")
+    monkeypatch.setattr(RecomputeContext, "_watch_backward", lambda self: None)
+    calls = _dispatches_in_backward(monkeypatch, RecomputeContext(named["min_peak"]),
+                                    lambda: fn().backward())
+    assert len(calls) > 5
+
+
 class Branchy(nn.Module):
     """A forward pass with a data-dependent branch."""
 
