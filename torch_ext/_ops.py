@@ -15,7 +15,8 @@ from ._compat import op_packet, op_schema, tree_flatten, tree_unflatten
 #: counts blocks).
 CUDA_BLOCK = 512
 
-__all__ = ["flatten_call", "unflatten_call", "tensor_positions", "output_tensors",
+__all__ = ["flatten_call", "unflatten_call", "tensor_positions", "call_tensors", "op_name",
+           "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
            "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized",
            "is_collective"]
@@ -41,8 +42,55 @@ def tensor_positions(leaves):
     return [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
 
 
+def call_tensors(args, kwargs):
+    """The tensors among a call's leaves, in :func:`flatten_call`'s order (those
+    :func:`tensor_positions` picks). The executor reads them at every operation: a walk over
+    the tuples, lists and dicts ATen arguments are made of costs less than building pytree's
+    spec; a call holding another container (a namedtuple, a registered pytree node) is
+    flattened by pytree."""
+    found: list[torch.Tensor] = []
+    if _collect(args, found) and (not kwargs or _collect(kwargs.values(), found)):
+        return found
+    leaves, _ = flatten_call(args, kwargs)
+    return [leaves[p] for p in tensor_positions(leaves)]
+
+
+def _collect(items, found):
+    """Append the tensors of `items` to `found`, depth first (pytree's order: a dict's values
+    in insertion order); False at a container that pytree may flatten another way."""
+    for x in items:
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif type(x) is list or type(x) is tuple:
+            if not _collect(x, found):
+                return False
+        elif type(x) is dict:
+            if not _collect(x.values(), found):
+                return False
+        elif isinstance(x, (tuple, list, dict)):
+            return False
+    return True
+
+
+_OP_NAMES: dict = {}
+
+
+def op_name(func):
+    """``str(func)`` of an OpOverload (``"aten.mm.default"``), kept per operation: the
+    executor compares it at every call."""
+    name = _OP_NAMES.get(func)
+    if name is None:
+        name = _OP_NAMES[func] = str(func)
+    return name
+
+
 def output_tensors(out):
     """The tensors a call returned, flattened in order (None entries and scalars skipped)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    found: list[torch.Tensor] = []
+    if (type(out) is tuple or type(out) is list) and _collect(out, found):
+        return found
     return [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
 
@@ -165,5 +213,16 @@ def describe(t):
 
 def signature(tensors):
     """``describe`` of each tensor, as a tuple of tuples (cheap to compare)."""
-    return tuple((tuple(t.shape), str(t.dtype).replace("torch.", ""), str(t.device))
-                 for t in tensors)
+    return tuple((tuple(t.shape), _name(t.dtype), _name(t.device)) for t in tensors)
+
+
+_NAMES: dict = {}
+
+
+def _name(x):
+    """A dtype or a device as :func:`describe` writes it (``"float32"``, ``"cpu"``), kept per
+    value: the executor writes the signature of every argument and output."""
+    name = _NAMES.get(x)   # a dtype never equals a device: one table holds both
+    if name is None:
+        name = _NAMES[x] = str(x).replace("torch.", "")
+    return name

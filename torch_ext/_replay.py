@@ -91,7 +91,7 @@ class ForwardCheck:
     def starts_step(self, func, args, kwargs):
         """Whether a call is the first of the traced sequence (name and argument signature)."""
         name, v = self.sequence[0]
-        if str(func) != name:
+        if _ops.op_name(func) != name:
             return False
         if v is None:
             return True
@@ -112,7 +112,8 @@ class ForwardCheck:
                 "metrics after backward(), or under torch.no_grad() outside the block)",
                 i, func, None, tensors)
         name, v = self.sequence[i]
-        if str(func) != name or (v is not None and not self._inputs_match(v, tensors, value_of)):
+        if _ops.op_name(func) != name or (v is not None
+                                          and not self._inputs_match(v, tensors, value_of)):
             got = f"{func}({', '.join(_fmt(t, value_of) for t in tensors)})"
             want = name if v is None else f"{name}({', '.join(map(_fmt_exp, self._in_sig[v]))})"
             expected = None if v is None else self._in_sig[v]
@@ -207,8 +208,7 @@ def _frame(where):
 
 
 def _tensors(args, kwargs):
-    leaves, _ = _ops.flatten_call(args, kwargs)
-    return [leaves[p] for p in _ops.tensor_positions(leaves)]
+    return _ops.call_tensors(args, kwargs)
 
 
 def _expected(x, attrs):

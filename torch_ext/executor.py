@@ -167,6 +167,10 @@ class RecomputeContext:
       (``NodeFacts.held_until``): the schedule counts it until then.
     - If the forward pass ends inside the block without a backward pass, the dropped values
       are recomputed at exit so that a backward pass outside the block still works.
+    - A strategy that drops nothing (of every branch: [V], or ``solve`` at a budget the plain
+      step fits) leaves nothing to check or run: without `record` and `check` the block runs
+      the step as it is, with no dispatch mode and no hooks, at the plain step's time and
+      peak (which its schedule predicts), and :attr:`last_step` stays empty.
 
     References
     ----------
@@ -196,6 +200,9 @@ class RecomputeContext:
         self._owner = None
         self._backward_start = _BackwardStart(self)
         self._watching = False
+        # a schedule that drops nothing leaves nothing to check or run: the step runs as is
+        self._idle = not (self.record or self.check) and not any(
+            e.kind == "drop" for b in self._branches.all for e in b.schedule.events)
         self._reset()
 
     # -- per-step state ---------------------------------------------------------------------------
@@ -260,8 +267,8 @@ class RecomputeContext:
         self._reset()
         self._branches.enter()
         self._phase = "forward"
-        self._modes = [_Dispatch(self),
-                       torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]
+        self._modes = [] if self._idle else [
+            _Dispatch(self), torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)]
         for m in self._modes:
             m.__enter__()
         return self
@@ -297,7 +304,7 @@ class RecomputeContext:
             self._unwatch()
             for m in reversed(self._modes):
                 m.__exit__(exc_type, exc, tb)
-            if exc_type is None and self._phase in ("forward", "between"):
+            if exc_type is None and self._phase in ("forward", "between") and not self._idle:
                 self._restore_dropped()
             if self._phase != "done":
                 self._publish()

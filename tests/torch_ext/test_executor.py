@@ -179,7 +179,9 @@ def test_the_backward_pass_runs_without_the_dispatch_mode(monkeypatch, start):
     params = list(model.parameters())
     for p in params:
         p.grad = None
-    ctx = RecomputeContext(named["min_peak"], record=True)
+    plan = named["chen"]
+    assert plan.schedule.recomputed
+    ctx = RecomputeContext(plan, record=True)
     grads = {}
 
     def run():
@@ -192,7 +194,7 @@ def test_the_backward_pass_runs_without_the_dispatch_mode(monkeypatch, start):
             grads.update(zip(params, torch.autograd.grad(loss, params)))
 
     assert _dispatches_in_backward(monkeypatch, ctx, run) == []
-    assert ctx.events == list(named["min_peak"].schedule.events)
+    assert ctx.events == list(plan.schedule.events)
     got = {f"grad {n}": grads.get(p, p.grad) for n, p in model.named_parameters()}
     assert all(torch.equal(plain[k], got[k]) for k in got)
     assert torch.overrides._get_current_function_mode() is None   # nothing left pushed
@@ -203,9 +205,52 @@ def test_without_the_backward_start_the_mode_sees_the_backward_pass(monkeypatch)
     operation of the backward pass (what the test above asserts does not happen)."""
     model, fn, graph, state, named = _net("dropout")
     monkeypatch.setattr(RecomputeContext, "_watch_backward", lambda self: None)
-    calls = _dispatches_in_backward(monkeypatch, RecomputeContext(named["min_peak"]),
+    calls = _dispatches_in_backward(monkeypatch, RecomputeContext(named["chen"]),
                                     lambda: fn().backward())
     assert len(calls) > 5
+
+
+def _hooks_and_dispatches(monkeypatch, ctx, run):
+    """(dispatch calls, autograd hooks registered, saved tensors packed) of ``run()`` inside
+    `ctx`."""
+    seen = {"dispatch": 0, "hooks": 0, "pack": 0}
+
+    def counted(name, method):
+        def wrapper(self, *args):
+            seen[name] += 1
+            return method(self, *args)
+        return wrapper
+
+    monkeypatch.setattr(RecomputeContext, "_dispatch",
+                        counted("dispatch", RecomputeContext._dispatch))
+    monkeypatch.setattr(RecomputeContext, "_prehook", counted("hooks", RecomputeContext._prehook))
+    monkeypatch.setattr(RecomputeContext, "_pack", counted("pack", RecomputeContext._pack))
+    with ctx:
+        run()
+    return seen
+
+
+def test_a_plan_that_drops_nothing_runs_the_step_as_it_is(monkeypatch):
+    """[V] (nothing dropped): no dispatch, no hook, no saved tensor handled; gradients bitwise
+    and the measured peak the plain one its schedule predicts. With record=True (the planted
+    difference) the executor runs as for any plan."""
+    name = "convbn"
+    model, fn, graph, state, named = _net(name)
+    plan = named["liveness"]
+    assert not plan.schedule.recomputed
+    plain, plain_peak, _ = step(model, fn, state)
+    planned, peak, _ = step(model, fn, state, plan, record=False)
+    assert first_difference(plain, planned) is None and peak == plain_peak
+    predicted = plan.schedule.peak - graph.facts.resident
+    assert abs(peak - predicted) <= SLACK + 0.005 * peak, (peak, predicted)
+    idle = _hooks_and_dispatches(monkeypatch, RecomputeContext(plan), lambda: fn().backward())
+    assert idle == {"dispatch": 0, "hooks": 0, "pack": 0}
+    full = _hooks_and_dispatches(monkeypatch, RecomputeContext(plan, record=True),
+                                 lambda: fn().backward())
+    assert full["dispatch"] > 10 and full["hooks"] > 5 and full["pack"] > 5, full
+    dropping = _hooks_and_dispatches(monkeypatch, RecomputeContext(named["min_peak"]),
+                                     lambda: fn().backward())
+    assert dropping["dispatch"] > 10, dropping
 
 
 class Branchy(nn.Module):
@@ -223,6 +268,12 @@ class Branchy(nn.Module):
         return self.l2(h)
 
 
+def _dropping(graph):
+    """A strategy that recomputes something: the checks guard what it drops (a strategy that
+    drops nothing runs the step as it is)."""
+    return plan_recomputing(graph, lambda attrs: True)
+
+
 def test_a_different_forward_pass_names_the_first_differing_operation():
     model = Branchy()
     x, t = torch.randn(4, 8), torch.randint(0, 2, (4,))
@@ -230,7 +281,7 @@ def test_a_different_forward_pass_names_the_first_differing_operation():
     model.deep = True
     with pytest.raises(StrategyMismatchError, match=r"operation \d+ of the forward pass is "
                        r"aten\.tanh\.default.*traced step has aten\.") as e:
-        with RecomputeContext(lowerset.min_peak(graph)):
+        with RecomputeContext(_dropping(graph)):
             F.cross_entropy(model(x), t).backward()
     assert e.value.position is not None
 
@@ -242,12 +293,12 @@ def test_another_dtype_or_device_is_refused():
     model.double()
     xd = x.double()
     with pytest.raises(StrategyMismatchError, match="float64"):
-        with RecomputeContext(lowerset.min_peak(graph)):
+        with RecomputeContext(_dropping(graph)):
             F.cross_entropy(model(xd), t).backward()
     model.float().to("meta")
     xm = x.to("meta")
     with pytest.raises(StrategyMismatchError, match="meta"):
-        with RecomputeContext(lowerset.min_peak(graph)):
+        with RecomputeContext(_dropping(graph)):
             model(xm)
 
 
@@ -255,10 +306,14 @@ def test_a_second_backward_pass_is_refused():
     model, fn, graph, state, named = _net("convbn")
     model.load_state_dict(state["model"])
     with pytest.raises(HookUsageError, match="second backward"):
-        with RecomputeContext(named["liveness"]):
+        with RecomputeContext(named["liveness"], record=True):
             loss = fn()
             loss.backward(retain_graph=True)
             loss.backward()
+    with RecomputeContext(named["liveness"]):   # drops nothing: the step runs as it is
+        loss = fn()
+        loss.backward(retain_graph=True)
+        loss.backward()
 
 
 def test_a_compiled_module_and_nesting_are_refused():

@@ -26,13 +26,25 @@ class Net(nn.Module):
 
 
 def _setup(training=True, autocast=False):
-    """(model, x, plan keeping everything) traced in `training` mode, under CPU autocast to
+    """(model, x, a plan that drops a value) traced in `training` mode, under CPU autocast to
     bfloat16 inside the step when `autocast`."""
     torch.manual_seed(0)
     model = Net().train(training)
     x = torch.randn(8, 16)
     graph = torch_ext.trace(lambda: _loss(model, x, autocast), model=model)
-    return model, x, lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+    return model, x, _dropping(graph)
+
+
+def _dropping(graph):
+    """A strategy that drops a value: the checks guard what a strategy drops (one that drops
+    nothing runs the step as it is, unchecked). The first one-cut strategy that drops."""
+    order = graph.facts.forward_order
+    for c in range(1, graph.n):
+        s = lowerset.CanonicalStrategy(graph, [{graph.labels[v] for v in order[:c]},
+                                               set(graph.labels)])
+        if any(e.kind == "drop" for e in s.schedule.events):
+            return s
+    raise LookupError("no one-cut strategy drops a value")
 
 
 def _loss(model, x, autocast=False):
@@ -81,7 +93,7 @@ class TestMode:
                                                "autocast": None, "device": "cpu"}
         lowerset.save_graph(plan.graph, tmp_path / "g.json")
         graph = lowerset.load_graph(tmp_path / "g.json")
-        loaded = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+        loaded = _dropping(graph)
         model.train()
         with pytest.raises(StrategyMismatchError, match="in train mode; it was traced in eval"):
             _run(loaded, model, x)
@@ -150,7 +162,7 @@ def test_the_first_difference_is_the_error_raised():
         with torch.autograd.profiler.record_function("block"):
             return _loss(model, torch.ones(batch, 16))
     graph = torch_ext.trace(lambda: step(8), model=model)
-    plan = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+    plan = _dropping(graph)
     with pytest.raises(StrategyMismatchError, match=r"aten.ones.default\) returned") as e:
         with RecomputeContext(plan):
             step(5).backward()
@@ -182,7 +194,7 @@ def _branchy(debug=False, x=None):
     model = Branchy()
     x = torch.randn(8, 16) if x is None else x
     graph = torch_ext.trace(lambda: model(x).square().mean(), model=model, debug=debug)
-    return model, x, lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+    return model, x, _dropping(graph)
 
 
 def _mismatch(plan, model, step):
@@ -256,7 +268,7 @@ class TestContext:
         torch.manual_seed(0)
         model = Branchy()
         graph = torch_ext.trace(lambda: model(torch.ones(8, 16)).sum(), model=model)
-        plan = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+        plan = _dropping(graph)
         e = _mismatch(plan, model, lambda: model(torch.ones(5, 16)).sum())
         assert (e.operation, e.position) == (0, 0)
         assert [r.index for r in e.actual] == [r.index for r in e.traced] == [0]
@@ -280,7 +292,7 @@ class TestContext:
         model, x, plan = _branchy(debug=True)
         lowerset.save_graph(plan.graph, tmp_path / "g.json")
         graph = lowerset.load_graph(tmp_path / "g.json")
-        loaded = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
+        loaded = _dropping(graph)
         model.relu = True
         e = _mismatch(loaded, model, lambda: model(x).square().mean())
         assert e.traced[2].where == (__file__, _line("activation"), "forward")
