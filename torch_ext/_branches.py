@@ -112,10 +112,13 @@ class Branches:
         return self._narrow(lambda b: b.check.before(func, args, kwargs, value_of))
 
     def after(self, v, outs, tensors):
-        """:meth:`ForwardCheck.after` on every open branch; close those whose outputs differ."""
+        """:meth:`ForwardCheck.after` on every open branch; close those whose outputs differ.
+        Raises the first branch's StrategyMismatchError where they differ from all."""
         return self._narrow(lambda b: b.check.after(v, outs, tensors))
 
     def _narrow(self, check):
+        if len(self.open) == 1:   # the branch is known: its error is the first
+            return check(self.open[0])
         results, first = [], None
         for b in self.open:
             try:

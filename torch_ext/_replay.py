@@ -144,8 +144,7 @@ class ForwardCheck:
         return True
 
     def after(self, v, outs, tensors):
-        """Check the outputs of node `v`; return their ``(bytes, view)`` (see
-        :func:`torch_ext._ops.output_bytes`)."""
+        """Check the outputs of node `v` (shapes, dtypes, devices) against the traced ones."""
         got = _ops.signature(outs)
         if got != self._out_sig[v]:
             cause = likely_cause(self.modes, self.model, self.autocast_now, None, {}, [], None,
@@ -155,7 +154,6 @@ class ForwardCheck:
                 f"{list(self._out_sig[v])}: {cause or _GENERIC}", self.position - 1,
                 self.sequence[self.position - 1][0], v, tensors, got)
         self.nodes_seen = v + 1
-        return _ops.output_bytes(outs, tensors)
 
     # -- the operations around a mismatch (built only when one is raised) ----------------------
 

@@ -237,8 +237,8 @@ class RecomputeContext:
         self._phase = "idle"   # idle -> forward -> between -> backward -> done; mismatched
         self._branches.reset()
         self._held = {}         # (v, k) -> tensor: the values the schedule holds
-        self._bytes = {}        # (v, k) -> bytes of the held value (as the schedule counts)
-        self._made = {}         # (v, k) -> bytes of the value the forward pass made
+        self._bytes = {}        # (v, k) -> bytes of the held value (record: the events' bytes)
+        self._made = {}         # (v, k) -> bytes of the value the forward pass made (record)
         self._value_of = WeakIdKeyDictionary()
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._prints = {}       # v -> fingerprints of its outputs in the forward pass (check)
@@ -368,19 +368,21 @@ class RecomputeContext:
         outs = _ops.output_tensors(out)
         if self.check and may_recompute and not _ops.makes_uninitialized(func):
             self._prints[v] = [fingerprint(o) for o in outs]
-        sizes = self._branches.after(v, outs, tensors)
-        del tensors
-        for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
+        self._branches.after(v, outs, tensors)
+        for k, o in enumerate(outs):
             # an alias, not the tensor itself: PyTorch's factory functions hand the caller a
             # detached copy of a result something else holds (an extra aten.detach)
             self._held[v, k] = o.detach()
-            self._bytes[v, k] = self._made[v, k] = b
             self._value_of[o] = (v, k)
         if not self._branches.expect("forward", v):
             raise self._out_of_order("forward", v)
-        if self.record:
+        if self.record:   # the bytes measured on the tensors, for the events recorded
+            sizes = _ops.output_bytes(outs, tensors)
+            for k, (b, _) in enumerate(sizes):
+                self._bytes[v, k] = self._made[v, k] = b
             self._note("forward", v, sum(b for b, _ in sizes),
                        range(len(self._check.facts[v].outputs)))
+        del tensors
         self._pending.append((v, [_weak(o) for o in outs]))
         del outs
         self._run_events(self._branches.forward_events())
@@ -533,12 +535,11 @@ class RecomputeContext:
                                             "never records: the graph is not torch_ext's")
 
     def _free(self, kind, v, ks):
-        made = 0
         for k in ks:
             self._held.pop((v, k), None)
-            made += self._bytes.pop((v, k), self._check.facts[v].outputs[k])
         if self.record:
-            self._note(kind, v, made, ks)
+            outputs = self._check.facts[v].outputs
+            self._note(kind, v, sum(self._bytes.pop((v, k), outputs[k]) for k in ks), ks)
         self._log["dropped" if kind == "drop" else "freed"].append(v)
 
     def _recompute(self, v, note=True):
@@ -548,16 +549,18 @@ class RecomputeContext:
             outs = call.rerun(self._held)
         finally:
             self._in_hook = False
-        sizes = _ops.output_bytes(outs, call.rerun_tensors)
-        call.rerun_tensors = None
         if self.check:
             self._check_recomputed(v, outs)
-        for k, (o, (b, _)) in enumerate(zip(outs, sizes)):
+        for k, o in enumerate(outs):
             self._held[v, k] = o
-            self._bytes[v, k] = b
-        if note and self.record:
-            self._note("recompute", v, sum(b for b, _ in sizes),
-                       range(len(self._check.facts[v].outputs)))
+        if self.record:
+            sizes = _ops.output_bytes(outs, call.rerun_tensors)
+            for k, (b, _) in enumerate(sizes):
+                self._bytes[v, k] = b
+            if note:
+                self._note("recompute", v, sum(b for b, _ in sizes),
+                           range(len(self._check.facts[v].outputs)))
+        call.rerun_tensors = None
         self._log["recomputed"].append(v)
 
 
