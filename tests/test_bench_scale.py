@@ -41,9 +41,14 @@ def test_slopes_targets_report(rows, tmp_path):
     assert s["f"]["slowest"] == pytest.approx(1.0)
     assert bs.targets(fake, s)["f"] == {"t2500": True, "t10000": True, "slope": True,
                                         "memory2500": True}
+    # every size up to a target's node count counts: 1,000 nodes in 12 s misses 10 s
+    slow = [dict(fake[0], nodes=1000, slowest=12.0)] + fake[1:]
+    assert bs.targets(slow, bs.fits(slow))["f"]["t2500"] is False
+    assert bs.targets(slow, bs.fits(slow))["f"]["t10000"] is True
     slopes = bs.fits(rows)
     text = bs.markdown(rows, slopes, bs.targets(rows, slopes), "test machine", 120)
-    assert "| transformer | 34 |" in text and "not measured" in text
+    assert "| transformer | 34 |" in text and "up to 2,500 nodes: <= 10 s" in text
+    assert "not measured" not in text   # every target has sizes up to its node count
     pytest.importorskip("matplotlib")
     bs.picture(rows, slopes, tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
