@@ -29,7 +29,7 @@ import torch
 from .exceptions import MissingTorchAPIError
 
 __all__ = ["TorchDispatchMode", "pop_dispatch_mode_temporarily", "current_dispatch_mode",
-           "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
+           "current_function_mode", "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
            "flop_registry", "current_autograd_node", "is_view", "op_schema", "op_packet",
            "profiler_enabled", "profile_events", "event_name", "event_device_type",
            "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
@@ -54,6 +54,9 @@ APIS = {
     "current_dispatch_mode": (
         "torch.utils._python_dispatch._get_current_dispatch_mode",
         "whether the executor's dispatch mode is the innermost one before it steps aside"),
+    "current_function_mode": (
+        "torch.overrides._get_current_function_mode",
+        "whether the executor's watch for the backward call is the innermost function mode"),
     "tree_flatten": ("torch.utils._pytree.tree_flatten", "a call's arguments as flat leaves"),
     "tree_unflatten": ("torch.utils._pytree.tree_unflatten",
                        "a call rebuilt from its leaves, to rerun it"),
@@ -150,6 +153,7 @@ _FOUND = _look_up_all(APIS)
 TorchDispatchMode = _FOUND["TorchDispatchMode"]
 pop_dispatch_mode_temporarily = _FOUND["pop_dispatch_mode_temporarily"]
 current_dispatch_mode = _FOUND["current_dispatch_mode"]
+current_function_mode = _FOUND["current_function_mode"]
 tree_flatten = _FOUND["tree_flatten"]
 tree_unflatten = _FOUND["tree_unflatten"]
 WeakIdKeyDictionary = _FOUND["WeakIdKeyDictionary"]

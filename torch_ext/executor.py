@@ -44,6 +44,7 @@ from ._compat import (
     WeakIdKeyDictionary,
     current_autograd_node,
     current_dispatch_mode,
+    current_function_mode,
     pop_dispatch_mode_temporarily,
 )
 from ._fingerprint import describe_difference, fingerprint
@@ -283,8 +284,7 @@ class RecomputeContext:
         """Pop :class:`_BackwardStart` where it is the innermost function mode (elsewhere:
         inside its own call, or below a mode the user's code entered, it stays until the next
         step or the end of the block)."""
-        if self._watching and torch.overrides._get_current_function_mode() \
-                is self._backward_start:
+        if self._watching and current_function_mode() is self._backward_start:
             self._backward_start.__exit__(None, None, None)
             self._watching = False
 

@@ -14,6 +14,7 @@ from torch_ext import (  # noqa: E402
     HookUsageError,
     RecomputeContext,
     StrategyMismatchError,
+    _compat,
     _replay,  # noqa: E402
 )
 from torch_ext import executor as executor_module  # noqa: E402
@@ -197,7 +198,7 @@ def test_the_backward_pass_runs_without_the_dispatch_mode(monkeypatch, start):
     assert ctx.events == list(plan.schedule.events)
     got = {f"grad {n}": grads.get(p, p.grad) for n, p in model.named_parameters()}
     assert all(torch.equal(plain[k], got[k]) for k in got)
-    assert torch.overrides._get_current_function_mode() is None   # nothing left pushed
+    assert _compat.current_function_mode() is None   # nothing left pushed
 
 
 def test_without_the_backward_start_the_mode_sees_the_backward_pass(monkeypatch):
