@@ -143,7 +143,8 @@ class RecomputeContext:
         dtype, device or shape of an input or a parameter; for a difference in the forward
         pass, it lists the operations around it, the traced step's beside this step's
         (``error.traced``, ``error.actual``), with the lines of the user's code they came
-        from where the trace recorded them (``trace(..., debug=True)``).
+        from where the trace recorded them (``trace(..., debug=True)``). A strategy that
+        drops nothing is not checked (see Notes) unless `record` or `check` is on.
     RecomputationError
         With `check`, in the backward pass, if a recomputed value differs from the value its
         operation made in the forward pass (naming the node, its operation and the output).
