@@ -145,8 +145,9 @@ NETWORKS = TORCH_NETWORKS + ("llama",)
 RATIOS = {"test": (0.0, 0.5, 1.0), "cpu": (0.0, 0.25, 0.5, 0.75, 1.0),
           "gpu": (0.0, 0.25, 0.5, 0.75, 1.0)}
 
-#: Timing rounds per preset (each runs every configuration once).
-ROUNDS = {"test": 1, "cpu": 2, "gpu": 3}
+#: Timing rounds per preset (each runs every configuration once): step times are medians of
+#: at least 9 on the CPU and the GPU, whose steps scatter by 10-40% from run to run.
+ROUNDS = {"test": 1, "cpu": 9, "gpu": 9}
 
 #: The knapsack solvers of torch.compile's partitioner compared.
 SOLVERS = ("dp", "ilp")
@@ -757,7 +758,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "plain_formula_flops": plain["step_formula_flops"],
               "sac_saves": sorted(str(p) for p in sac_save_list()),
               "compiled_graphs": switch.graphs, "not_applicable": not_applicable,
-              "rows": rows, "load": load, "seconds": time.perf_counter() - start,
+              "rows": rows, "rounds": rounds, "load": load,
+              "seconds": time.perf_counter() - start,
               "device": str(case.device)}
     result["by_budget"] = {key: budget_table(result, key) for key in RULES}
     result["targets"] = targets(result)
@@ -1162,6 +1164,8 @@ def _network_md(res):
             f"{_mb(res['resident'])} MB; plain step predicted {_mb(res['plain_predicted'])} MB, "
             f"our least {_mb(res['least_predicted'])} MB; {res['seconds']:.0f} s, load "
             f"average {res['load'][0]:.1f} -> {res['load'][1]:.1f}.")
+    if "rounds" in res:
+        head += f" Step times: medians of {res['rounds']} rotated rounds."
     for k, why in res["not_applicable"].items():
         head += f" {k}: not run ({why})."
     if res["compiled_graphs"] != 1:

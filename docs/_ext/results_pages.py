@@ -94,7 +94,7 @@ TABLES = {
                         "python examples/bench_scale.py --families gpt llama "
                         "--out results/bench_scale_gpt"),
     "bench_torch_cpu": ("bench_torch_cpu.json", _bench_torch,
-                        "python examples/bench_torch.py --preset cpu --threads 1"),
+                        "python examples/bench_torch.py --preset cpu --threads 1 --rounds 9"),
     "bench_torch_llama": ("bench_torch_llama/bench_torch_cpu.json", _bench_torch,
                           "python examples/bench_torch.py --preset cpu --models llama "
                           "--out results/bench_torch_llama"),
