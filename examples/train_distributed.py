@@ -21,9 +21,16 @@ step against a plain one, bitwise; then each training step is measured with
 Under FSDP2 the schedule does not model the parameters FSDP2 gathers and frees around each
 block in the backward pass or its reduce-scatter buffers: ``trace`` warns, and the measured
 peak is above the prediction (the printed difference shows by how much).
+
+With ``--compare``, each rank then measures one step three ways side by side under the same
+wrapper: plain, per-block activation checkpointing (each block run by non-reentrant
+``torch.utils.checkpoint``, what FSDP2 users apply today) and the plan: the peak above the
+step's start (bytes) and the FLOPs recomputed (``FlopCounterMode``'s count of the step minus
+the plain step's; matrix products and attention, as its formulas count).
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -35,6 +42,8 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")   # the profiler of peak_memory, 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -58,6 +67,8 @@ def parse(argv=None):
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank")
+    ap.add_argument("--compare", action="store_true",
+                    help="also measure a plain step and per-block checkpoint beside the plan")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write every rank's rows to this file (rank 0)")
     return ap.parse_args(argv)
@@ -175,7 +186,53 @@ def train(args, rank, device):
         rows.append({"rank": rank, "step": i + 1, "loss": losses[0], "measured": measured.peak,
                      "predicted": predicted, "verified": checked.ok,
                      "recomputed": len(plan.schedule.recomputed)})
+    if args.compare:
+        rows[-1]["compare"] = compare(model, wrapped, step, context, device)
     return rows
+
+
+class Checkpointed(torch.nn.Module):
+    """A block run under non-reentrant ``torch.utils.checkpoint`` (per-block activation
+    checkpointing); under FSDP2 the block stays the sharded module, its hooks unchanged."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def compare(model, wrapped, step, context, device):
+    """Peak above the step's start (bytes) and FLOPs recomputed of one step of this rank:
+    plain, per-block checkpoint, and under `context` (the plan)."""
+    blocks = list(model.blocks)
+
+    def measured(ctx):
+        def run():
+            with ctx or contextlib.nullcontext():
+                step().backward()
+        wrapped.zero_grad(set_to_none=True)
+        peak = torch_ext.peak_memory(run, params=wrapped, device=device).peak
+        wrapped.zero_grad(set_to_none=True)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            run()
+        wrapped.zero_grad(set_to_none=True)
+        return peak, counter.get_total_flops()
+
+    plain = measured(None)
+    for i, block in enumerate(blocks):
+        model.blocks[i] = Checkpointed(block)
+    try:
+        per_block = measured(None)
+    finally:
+        for i, block in enumerate(blocks):
+            model.blocks[i] = block
+    ours = measured(context)
+    return {name: {"peak": peak, "recomputed_flops": flops - plain[1]}
+            for name, (peak, flops) in (("plain", plain), ("checkpoint per block", per_block),
+                                        ("plan", ours))}
 
 
 def report(args, world, gathered):
@@ -190,6 +247,27 @@ def report(args, world, gathered):
                   f"verified {'bitwise' if r['verified'] else 'NOT bitwise'}, "
                   f"{r['recomputed']} nodes recomputed, peak measured {r['measured']:,} B, "
                   f"predicted {r['predicted']:,} B ({diff:+.1%})")
+            for name, c in r.get("compare", {}).items():
+                print(f"  rank {r['rank']}, {name}: peak measured {c['peak']:,} B, "
+                      f"{c['recomputed_flops'] / 1e6:,.1f} MFLOP recomputed")
+
+
+def compare_markdown(rows):
+    """The side-by-side table of a ``--compare`` run's rows (its ``--json``): per rank, its
+    last step measured plain, under per-block checkpoint and under the plan, with the plan's
+    predicted peak."""
+    def cell(x):
+        return f"{x['peak']:,} B, {x['recomputed_flops'] / 1e6:,.1f} MFLOP"
+
+    lines = ["| rank | plain | checkpoint per block | plan | plan predicted |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        if "compare" in r:
+            c = r["compare"]
+            lines.append(f"| {r['rank']} | {cell(c['plain'])} | "
+                         f"{cell(c['checkpoint per block'])} | {cell(c['plan'])} | "
+                         f"{r['predicted']:,} B |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ def _bench_scale(data):
                       data["time_limit"])
 
 
+def _train_distributed(data):
+    return _example("train_distributed").compare_markdown(data)
+
+
 def _bench_torch(data):
     return _example("bench_torch").page_markdown(data)
 
@@ -101,6 +105,10 @@ TABLES = {
     "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
                        "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
                        "--out results/bench_torch_hf"),
+    "train_distributed_fsdp2": (
+        "train_distributed_fsdp2.json", _train_distributed,
+        "torchrun --standalone --nproc-per-node 2 examples/train_distributed.py --wrapper fsdp2 "
+        "--compare --json results/train_distributed_fsdp2.json"),
     "bench_torch_gpu": ("bench_torch_gpu.json", _bench_torch,
                         "bash scripts/gpu_device.sh torch (bench_torch.py --preset gpu)"),
     "profile_torch_executor": ("profile_torch_executor.json", _profile_torch_executor,
@@ -202,6 +210,10 @@ FIGURES = {
     "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
                        "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
                        "--out results/bench_torch_hf"),
+    "train_distributed_fsdp2": (
+        "train_distributed_fsdp2.json", _train_distributed,
+        "torchrun --standalone --nproc-per-node 2 examples/train_distributed.py --wrapper fsdp2 "
+        "--compare --json results/train_distributed_fsdp2.json"),
     "bench_torch_gpu": ("bench_torch_gpu.json", _draw_bench_torch, TABLES["bench_torch_gpu"][2],
                         "Measured peak against recomputed FLOPs on the GPU"),
     "bench_dtr": ("dtr/bench_dtr.json", _draw_bench_dtr, TABLES["bench_dtr"][2],

@@ -1,7 +1,7 @@
 """examples/train_distributed.py under torchrun, two gloo processes on the CPU: with DDP every
 rank runs rank 0's plan bitwise at its predicted peak; with FSDP2 every rank runs rank 0's
-lower sets on its own graph, bitwise, and `trace` warns that the schedule leaves out FSDP2's
-gathers."""
+lower sets on its own graph, bitwise, `trace` warns that the schedule leaves out FSDP2's
+gathers, and per-block checkpoint is measured beside the plan."""
 
 import json
 import subprocess
@@ -48,8 +48,16 @@ def test_ddp_runs_rank_zeros_plan_bitwise_at_the_predicted_peak(tmp_path):
 
 
 def test_fsdp2_runs_rank_zeros_lower_sets_bitwise_and_trace_warns_of_its_gathers(tmp_path):
-    rows, output = _run(tmp_path, "--wrapper", "fsdp2")
+    rows, output = _run(tmp_path, "--wrapper", "fsdp2", "--compare")
     assert len(rows) == 4 and all(r["verified"] for r in rows), rows
     # rank 0's lower sets on each rank's own graph: each schedule recomputes
     assert all(r["recomputed"] > 0 for r in rows), rows
     assert "UnmodeledMemoryWarning" in output and "FSDP2" in output
+    # side by side under FSDP2 (the last step of each rank): per-block checkpoint and the
+    # plan recompute and lower the plain step's peak
+    for r in (r for r in rows if r["step"] == 2):
+        c = r["compare"]
+        assert c["plain"]["recomputed_flops"] == 0, c
+        for method in ("checkpoint per block", "plan"):
+            assert c[method]["recomputed_flops"] > 0 and c[method]["peak"] < c["plain"]["peak"], c
+    assert "checkpoint per block: peak measured" in output
