@@ -207,13 +207,6 @@ FIGURES = {
                         TABLES["bench_scale_gpt"][2], "Planner time against depth"),
     "bench_torch_cpu": ("bench_torch_cpu.json", _draw_bench_torch, TABLES["bench_torch_cpu"][2],
                         "Measured peak against recomputed FLOPs, per network and method"),
-    "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
-                       "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
-                       "--out results/bench_torch_hf"),
-    "train_distributed_fsdp2": (
-        "train_distributed_fsdp2.json", _train_distributed,
-        "torchrun --standalone --nproc-per-node 2 examples/train_distributed.py --wrapper fsdp2 "
-        "--compare --json results/train_distributed_fsdp2.json"),
     "bench_torch_gpu": ("bench_torch_gpu.json", _draw_bench_torch, TABLES["bench_torch_gpu"][2],
                         "Measured peak against recomputed FLOPs on the GPU"),
     "bench_dtr": ("dtr/bench_dtr.json", _draw_bench_dtr, TABLES["bench_dtr"][2],
