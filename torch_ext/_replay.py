@@ -95,7 +95,7 @@ class ForwardCheck:
             return False
         if v is None:
             return True
-        tensors = _tensors(args, kwargs)
+        tensors = _ops.call_tensors(args, kwargs)
         return len(tensors) == len(self._in_sig[v]) and all(
             x[0] == "node" or _sig(t) == x[1] for t, x in zip(tensors, self._in_sig[v]))
 
@@ -103,7 +103,7 @@ class ForwardCheck:
         """Check a call against the next traced operation, before it runs; return the
         :class:`Call` (``.node`` None for an absorbed operation)."""
         i = self.position
-        tensors = _tensors(args, kwargs)
+        tensors = _ops.call_tensors(args, kwargs)
         if i >= len(self.sequence):
             raise self._mismatch(
                 f"operation {i} ({func}) is beyond the {len(self.sequence)} operations of the "
@@ -203,10 +203,6 @@ _GENERIC = ("a data-dependent branch took another way, or the model, its train/e
 def _frame(where):
     """A recorded ``[file, line, function]`` (JSON) as a tuple, or None."""
     return None if where is None else tuple(where)
-
-
-def _tensors(args, kwargs):
-    return _ops.call_tensors(args, kwargs)
 
 
 def _expected(x, attrs):

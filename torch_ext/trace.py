@@ -115,8 +115,7 @@ class _Recorder(TorchDispatchMode):
         op = _Op(func, i)
         if self.debug:
             op.where = user_frame()
-        leaves, _ = _ops.flatten_call(args, kwargs)
-        tensors = [leaves[p] for p in _ops.tensor_positions(leaves)]
+        tensors = _ops.call_tensors(args, kwargs)
         for t in tensors:
             self._record_input(op, t)
         self._note_versions(op, tensors)

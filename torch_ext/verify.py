@@ -266,9 +266,7 @@ class _Watch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        leaves, _ = _ops.flatten_call(args, kwargs)
-        for i, p in enumerate(_ops.tensor_positions(leaves)):
-            t = leaves[p]
+        for i, t in enumerate(_ops.call_tensors(args, kwargs)):
             if t in self.made or t in self.seen:
                 continue
             self.seen[t] = True
