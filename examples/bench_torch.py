@@ -68,7 +68,7 @@ sdpa attention; size ``HF_SIZES[preset]``), traced with the model's own loss, on
 (:func:`bench_hf_model`): the plain step, transformers' own per-layer checkpointing
 (``activation_checkpointing_enable()``, non-reentrant), our least peak and our plan at the peak
 HF's checkpointing measures: peak, recomputed FLOPs by both rules, step time over plain
-(median of ``HF_ROUNDS`` rotated rounds, or ``--rounds``), ours predicted and bitwise.
+(median of the preset's ``ROUNDS``, or ``--rounds``), ours predicted and bitwise.
 ``--models`` with no network runs those rows alone.
 
 Writes ``bench_torch_<preset>.json`` (every number, the machine) and ``.md`` (the tables) to
@@ -769,9 +769,6 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
 
 # -- Hugging Face models beside their own per-layer checkpointing ------------------------------
 
-#: Timing rounds of the Hugging Face rows (each runs the row's configurations once).
-HF_ROUNDS = 9
-
 #: The Hugging Face models' size (``examples/hf_models.py``'s SIZES) per preset.
 HF_SIZES = {"test": "test", "cpu": "cpu", "gpu": "cpu"}
 
@@ -817,7 +814,7 @@ def _hf_checkpointing(model, on):
         model.activation_checkpointing_disable()
 
 
-def bench_hf_model(name, attention, size, rounds=HF_ROUNDS):
+def bench_hf_model(name, attention, size, rounds):
     """One row of the Hugging Face table: model `name` of ``examples/hf_models.py`` with
     `attention` ("eager" or "sdpa") at `size`, traced with its own loss. Measured: the plain
     step; ``activation_checkpointing_enable()`` (non-reentrant); our least peak
@@ -1284,7 +1281,7 @@ def main(argv=None):
                              rounds=args.rounds) for name in args.models]
     data = {"machine": info, "preset": args.preset, "results": results}
     if hf_names:
-        size, rounds = HF_SIZES[args.preset], args.rounds or HF_ROUNDS
+        size, rounds = HF_SIZES[args.preset], args.rounds or ROUNDS[args.preset]
         rows = []
         for name in hf_names:
             for attention in _hf_models().ATTENTIONS:
