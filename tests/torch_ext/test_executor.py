@@ -159,7 +159,7 @@ def _dispatches_in_backward(monkeypatch, ctx, run):
     dispatch = RecomputeContext._dispatch
 
     def counting(self, func, args, kwargs):
-        if torch._C._current_autograd_node() is not None:
+        if _compat.current_autograd_node() is not None:
             calls.append(str(func))
         return dispatch(self, func, args, kwargs)
 
