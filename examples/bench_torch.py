@@ -590,20 +590,38 @@ def measure(case, cfg, resident):
     return row, loss
 
 
-def time_rounds(case, configs, rounds):
-    """Wall seconds of each configuration's step, ``rounds`` rounds of all of them in rotated
-    order. Returns key -> list of seconds (one per round)."""
-    times = {c.key: [] for c in configs}
+def rotated_times(runs, rounds, prepare=None):
+    """Wall seconds of each run (key -> callable), `rounds` rounds of all of them, each round
+    in an order rotated by one, so that drift on the machine falls on all alike;
+    ``prepare(key)`` runs before each, untimed. Returns key -> list of seconds (one per
+    round)."""
+    keys = list(runs)
+    times = {k: [] for k in keys}
     for r in range(rounds):
-        k = r % len(configs)
-        for cfg in configs[k:] + configs[:k]:
-            case.reset()
-            synchronize(case.device)
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            if prepare is not None:
+                prepare(key)
             start = time.perf_counter()
+            runs[key]()
+            times[key].append(time.perf_counter() - start)
+    return times
+
+
+def time_rounds(case, configs, rounds):
+    """Wall seconds of each configuration's step (:func:`rotated_times`), each from the case's
+    initial state, the device synchronized before and after. Returns key -> list of seconds
+    (one per round)."""
+    def timed(cfg):
+        def run():
             cfg.run()
             synchronize(case.device)
-            times[cfg.key].append(time.perf_counter() - start)
-    return times
+        return run
+
+    def prepare(_):
+        case.reset()
+        synchronize(case.device)
+
+    return rotated_times({c.key: timed(c) for c in configs}, rounds, prepare)
 
 
 def time_ratio(times, plain_times):
@@ -859,22 +877,16 @@ def bench_hf_model(name, attention, size, rounds):
 
 
 def _hf_times(model, step, plans, rounds):
-    """Wall seconds of each configuration's step (key -> one per round), `rounds` rounds in
-    rotated order; key "hf" runs with transformers' checkpointing on, the others under their
-    plan's context, made once as :func:`bench_network` does (None: the plain step)."""
-    contexts = {k: None if p is None else torch_ext.RecomputeContext(p, model=model)
-                for k, p in plans.items()}
-    times = {k: [] for k in plans}
-    order = list(plans)
-    for r in range(rounds):
-        for key in order[r % len(order):] + order[:r % len(order)]:
-            ctx = contexts[key]
-            _hf_checkpointing(model, key == "hf")
-            start = time.perf_counter()
-            run_step(model, step, ctx)
-            times[key].append(time.perf_counter() - start)
-            _hf_checkpointing(model, False)
-    return times
+    """Wall seconds of each configuration's step (:func:`rotated_times`); key "hf" runs with
+    transformers' checkpointing on, the others under their plan's context, made once as
+    :func:`bench_network` does (None: the plain step)."""
+    runs = {k: functools.partial(run_step, model, step,
+                                 None if p is None else torch_ext.RecomputeContext(p, model=model))
+            for k, p in plans.items()}
+    try:
+        return rotated_times(runs, rounds, lambda key: _hf_checkpointing(model, key == "hf"))
+    finally:
+        _hf_checkpointing(model, False)
 
 
 def _hf_cell(x):
@@ -1233,6 +1245,7 @@ def main(argv=None):
     parser.add_argument("--models", nargs="*", choices=NETWORKS, default=TORCH_NETWORKS,
                         help="networks of examples/torch_models.py (none: only --hf's rows)")
     parser.add_argument("--hf", nargs="*", default=None, metavar="MODEL",
+                        choices=_hf_models().MODELS,
                         help="also the Hugging Face models of examples/hf_models.py (gpt2, "
                              "llama, bert, t5; none named: all four), eager and sdpa, beside "
                              "transformers' per-layer checkpointing; on the CPU")
@@ -1257,9 +1270,6 @@ def main(argv=None):
         return render(args.render, args.plot)
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
     hf_names = None if args.hf is None else (args.hf or list(_hf_models().MODELS))
-    unknown = sorted(set(hf_names or ()) - set(_hf_models().MODELS))
-    if unknown:
-        parser.error(f"--hf: unknown model(s) {unknown}; expected some of {_hf_models().MODELS}")
     if hf_names and device.type != "cpu":
         parser.error("--hf runs on the CPU (examples/hf_models.py builds CPU models); "
                      "pass --device cpu")

@@ -90,14 +90,9 @@ def _runner(model, step, plan):
 
 def _times(runners, rounds):
     """Median seconds per configuration over `rounds` rotated rounds."""
-    names = list(runners)
-    seconds = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            start = time.perf_counter()
-            runners[n]()
-            seconds[n].append(time.perf_counter() - start)
-    return {n: statistics.median(s) for n, s in seconds.items()}
+    from bench_torch import rotated_times
+
+    return {n: statistics.median(s) for n, s in rotated_times(runners, rounds).items()}
 
 
 def _profile(run):

@@ -145,3 +145,11 @@ def test_hf_row_of_gpt2_against_transformers_checkpointing():
         assert abs(ours["peak"] - ours["predicted"]) <= 0.01 * ours["predicted"], ours
     assert least["peak"] < hf["peak"] and at_hf["peak"] <= hf["peak"]
     assert at_hf["recomputed_formula"] <= hf["recomputed_formula"]
+
+
+def test_rotated_times_rotate_the_order_and_prepare_each_run_untimed():
+    calls = []
+    runs = {k: (lambda k=k: calls.append(k)) for k in "abc"}
+    times = bt.rotated_times(runs, 3, prepare=lambda k: calls.append(k.upper()))
+    assert "".join(calls) == "AaBbCc" + "BbCcAa" + "CcAaBb"
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
