@@ -30,7 +30,6 @@ the plain step's; matrix products and attention, as its formulas count).
 """
 
 import argparse
-import contextlib
 import gc
 import json
 import os
@@ -42,7 +41,6 @@ os.environ.setdefault("KINETO_LOG_LEVEL", "5")   # the profiler of peak_memory, 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -191,30 +189,19 @@ def train(args, rank, device):
     return rows
 
 
-class Checkpointed(torch.nn.Module):
-    """A block run under non-reentrant ``torch.utils.checkpoint`` (per-block activation
-    checkpointing); under FSDP2 the block stays the sharded module, its hooks unchanged."""
-
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x):
-        return checkpoint(self.block, x, use_reentrant=False)
-
-
 def compare(model, wrapped, step, context, device):
     """Peak above the step's start (bytes) and FLOPs recomputed of one step of this rank:
-    plain, per-block checkpoint, and under `context` (the plan)."""
+    plain, per-block checkpoint (bench_torch's :class:`Checkpointed` around each block, which
+    under FSDP2 stays the sharded module, its hooks unchanged), and under `context` (the
+    plan)."""
+    from bench_torch import Checkpointed, run_step
+
     blocks = list(model.blocks)
 
     def measured(ctx):
         def run():
-            with ctx or contextlib.nullcontext():
-                step().backward()
-        wrapped.zero_grad(set_to_none=True)
+            run_step(wrapped, step, ctx)
         peak = torch_ext.peak_memory(run, params=wrapped, device=device).peak
-        wrapped.zero_grad(set_to_none=True)
         counter = FlopCounterMode(display=False)
         with counter:
             run()
