@@ -25,6 +25,11 @@ and backward, no optimizer) is run under each method:
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
   .peak``);
+- ``lowerset_compiled``: ``torch.compile`` of the model with ``aot_eager`` as for
+  ``compile_dp``, AOTAutograd's joint graph partitioned by
+  ``torch_ext.compiled.PlannedPartition``: our plan of the compiled graph at our least peak
+  and at each B where it is feasible (the compiled graph's schedule), its dropped values
+  recomputed in the backward graph;
 - ``sac_cuts`` (beside ours, not in the targets): a canonical strategy that is not planned, its
   lower sets ending after each operation the SAC policy saves (:func:`sac_cuts_strategy`),
   run under ``RecomputeContext``: SAC's choice as a canonical strategy, to measure the
@@ -60,7 +65,9 @@ Each byte budget B is then met by every method whose measured peak fits it; for
 recomputes the fewest FLOPs (ties: the larger ratio), per rule. Targets (:func:`targets`): at
 every budget where a PyTorch method fits, ours fits and recomputes no more FLOPs (under each
 rule); our least peak is at most every PyTorch method's least peak; prediction within 3% and
-gradients bitwise on every row of ours.
+gradients bitwise on every row of ours; at every budget where ``torch.compile``'s budget fits,
+``lowerset_compiled`` fits and recomputes no more FLOPs. ``lowerset_compiled``'s gradients are
+compared with ``compile_dp`` at ratio 1 (the compiled step that recomputes nothing it need not).
 
 With ``--hf [MODEL ...]`` (on the CPU) the run also measures the Hugging Face models of
 ``examples/hf_models.py`` (GPT-2, LLaMA, BERT, T5 from configs, random weights; eager and
@@ -117,6 +124,7 @@ from torch.utils.flop_counter import flop_registry  # noqa: E402
 
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
+import torch_ext.compiled  # noqa: E402
 from examples import _machine  # noqa: E402
 from examples.torch_models import TORCH_NETWORKS, network  # noqa: E402
 from torch_ext.measure import MemoryMeter  # noqa: E402
@@ -159,10 +167,17 @@ N_BUDGETS = 6
 PREDICTION_TOLERANCE = 0.03
 
 METHODS = ("plain", "checkpoint", "checkpoint_sequential", "sac", "compile_dp", "compile_ilp",
-           "lowerset", "sac_cuts")
+           "lowerset", "sac_cuts", "lowerset_compiled")
 
 #: The PyTorch methods the targets compare ours with.
-PYTORCH_METHODS = METHODS[1:-2]
+PYTORCH_METHODS = METHODS[1:6]
+
+#: torch.compile's methods, which ``lowerset_compiled`` is compared with.
+COMPILE_METHODS = ("compile_dp", "compile_ilp")
+
+#: The setting of :class:`CompiledSettings` that partitions by our plan: ("lowerset", B in
+#: bytes, or None for our least peak).
+OURS_COMPILED = "lowerset"
 
 
 # -- the step and its state -------------------------------------------------------------------
@@ -412,10 +427,18 @@ class CompiledSettings:
     ``activation_memory_budget`` and ``activation_memory_budget_solver`` patched for that call
     only (the global configuration stays as it is, so no guard changes).
 
+    A setting ``(OURS_COMPILED, B)`` partitions the joint graph by
+    ``torch_ext.compiled.PlannedPartition(B)`` instead (None: our least peak); where B is below
+    the compiled graph's least peak it is left out (:attr:`infeasible`).
+
     Attributes
     ----------
     settings : list of (str, float)
     current : (str, float)
+    plans : dict
+        Our settings -> the ``CompiledPlan`` of each graph.
+    infeasible : set
+        Our settings whose budget no plan of some graph meets.
     flops : dict
         Setting -> {"forward", "backward": FLOPs of the graphs by the formulas;
         "recomputed", "recomputed_formula": FLOPs of the operations the backward graphs run
@@ -438,9 +461,11 @@ class CompiledSettings:
         self.code = {s: [] for s in self.settings}
         self.compile_seconds = dict.fromkeys(self.settings, 0.0)
         self.graphs = 0
+        self.plans = {s: [] for s in self.settings if s[0] == OURS_COMPILED}
+        self.infeasible = set()
 
     def _compiler(self, setting, part):
-        from torch._functorch.aot_autograd import make_boxed_func
+        from torch._dynamo.backends.debugging import boxed_nop
 
         def compile_part(gm, example_inputs):
             count = self.flops[setting]
@@ -453,7 +478,9 @@ class CompiledSettings:
                 count["recomputed_formula"] += formula
                 count["recomputed"] += flops
             self.code[setting].append(gm.code)
-            return make_boxed_func(gm.forward)
+            # aot_eager's own compiler: the graph's boxed code releases each input after its
+            # last use (a plain wrapper would keep every saved tensor to the backward's end)
+            return boxed_nop(gm, example_inputs)
         return compile_part
 
     def backend(self, gm, example_inputs):
@@ -467,17 +494,40 @@ class CompiledSettings:
             start = time.perf_counter()
             # the backward graph compiled now, not at the first backward pass (in a
             # measured step)
-            with functorch_config.patch(activation_memory_budget=ratio,
-                                        activation_memory_budget_solver=solver,
-                                        force_non_lazy_backward_lowering=True):
-                compiled[s] = aot_eager(gm, example_inputs,
-                                        fw_compiler=self._compiler(s, "forward"),
-                                        bw_compiler=self._compiler(s, "backward"))
+            if solver == OURS_COMPILED:
+                compiled[s] = self._ours(s, gm, example_inputs)
+            else:
+                with functorch_config.patch(activation_memory_budget=ratio,
+                                            activation_memory_budget_solver=solver,
+                                            force_non_lazy_backward_lowering=True):
+                    compiled[s] = aot_eager(gm, example_inputs,
+                                            fw_compiler=self._compiler(s, "forward"),
+                                            bw_compiler=self._compiler(s, "backward"))
             self.compile_seconds[s] += time.perf_counter() - start
 
         def run(*args):
             return compiled[self.current](*args)
         return run
+
+    def _ours(self, s, gm, example_inputs):
+        """`gm` compiled with ``aot_eager``'s compilers and our partition at budget ``s[1]``;
+        None where it is infeasible."""
+        import torch._functorch.config as functorch_config
+        from torch._dynamo.backends.common import aot_autograd
+
+        part = torch_ext.compiled.PlannedPartition(s[1])
+        try:
+            with functorch_config.patch(force_non_lazy_backward_lowering=True,
+                                        enable_autograd_cache=False):
+                return aot_autograd(fw_compiler=self._compiler(s, "forward"),
+                                    bw_compiler=self._compiler(s, "backward"),
+                                    partition_fn=part,
+                                    keep_inference_input_mutations=True)(gm, example_inputs)
+        except lowerset.InfeasibleBudgetError:
+            self.infeasible.add(s)
+            return None
+        finally:
+            self.plans[s] += part.plans
 
     def same_as(self):
         """Setting -> the first setting with the same forward and backward graphs."""
@@ -690,7 +740,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     settings, compile_rows = compile_settings(ilp, ratios)
     if not ilp:
         not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
-    switch = CompiledSettings(settings)
+    ours_compiled = [(OURS_COMPILED, b) for b in [None] + budgets]
+    switch = CompiledSettings(settings + ours_compiled)
     compiled = torch.compile(case.model, backend=switch.backend)
     case.reset()
     t = time.perf_counter()
@@ -706,6 +757,17 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
             cfg.same_as = by_setting[same[s]]
         by_setting[row] = cfg
         configs.append(cfg)
+    for s in ours_compiled:
+        if s in switch.infeasible:
+            continue
+        cfg = Config("lowerset_compiled", s[1], _compiled_run(case, compiled, switch, s),
+                     counts="graphs",
+                     extra={"compile_s": switch.compile_seconds[s],
+                            "predicted": sum(p.plan.schedule.peak for p in switch.plans[s]),
+                            "planned_flops": sum(p.plan.schedule.recompute_cost
+                                                 for p in switch.plans[s]),
+                            "recomputed_ops": sum(len(p.recomputed) for p in switch.plans[s])})
+        configs.append(cfg)
 
     sac_cuts = sac_cuts_strategy(graph)
     for method, b, plan in ([("lowerset", b, p) for b, p in zip(budgets, plans)]
@@ -720,17 +782,22 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
 
     # measure each configuration once (same compiled graphs: once)
     rows, measured = [], {}
-    ref = plain = None
+    ref = plain = compiled_ref = None
     for cfg in configs:
         if cfg.same_as is not None:
             continue
         m, loss = measure(case, cfg, resident)
         if cfg.method == "plain":
             ref, plain = case.snapshot(loss), m
+        if (cfg.method, cfg.setting) == ("compile_dp", 1.0):
+            compiled_ref = case.snapshot(loss)
         grads, buffers = case.compare(ref, loss)
+        if cfg.method == "lowerset_compiled" and compiled_ref is not None:
+            m["bitwise_vs_compiled"] = case.compare(compiled_ref, loss)[0]
         del loss
         if cfg.counts == "graphs":
-            f = switch.flops[compile_rows[cfg.method[len("compile_"):], cfg.setting]]
+            f = switch.flops[(OURS_COMPILED, cfg.setting) if cfg.method == "lowerset_compiled"
+                             else compile_rows[cfg.method[len("compile_"):], cfg.setting]]
             m.update(recomputed_flops=f["recomputed"],
                      recomputed_formula=f["recomputed_formula"],
                      graphs_formula_over_plain=(f["forward"] + f["backward"]
@@ -765,7 +832,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
             row["predicted"] = plain_pred
         if "predicted" in row:
             row["error"] = (row["peak"] - row["predicted"]) / row["predicted"]
-        if cfg.method == "lowerset":
+        if cfg.method == "lowerset" or (cfg.method == "lowerset_compiled"
+                                        and cfg.setting is not None):
             row["fits"] = row["peak"] <= cfg.setting
         rows.append(row)
     load.append(os.getloadavg()[0])
@@ -776,6 +844,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "plain_formula_flops": plain["step_formula_flops"],
               "sac_saves": sorted(str(p) for p in sac_save_list()),
               "compiled_graphs": switch.graphs, "not_applicable": not_applicable,
+              "compiled_infeasible": [s[1] for s in ours_compiled if s in switch.infeasible],
               "rows": rows, "rounds": rounds, "load": load,
               "seconds": time.perf_counter() - start,
               "device": str(case.device)}
@@ -943,8 +1012,8 @@ def _setting_text(row_or_cfg):
     s = row_or_cfg["setting"] if isinstance(row_or_cfg, dict) else row_or_cfg.setting
     method = row_or_cfg["method"] if isinstance(row_or_cfg, dict) else row_or_cfg.method
     if s is None:
-        return ""
-    if method == "lowerset":
+        return "least" if method == "lowerset_compiled" else ""
+    if method in ("lowerset", "lowerset_compiled"):
         return f"B={s / 1e6:.1f} MB"
     return f"ratio {s:g}"
 
@@ -961,15 +1030,21 @@ def _brief(row, key):
 
 
 def budget_table(result, key="recomputed_flops"):
-    """Per budget B of ours: our row and each PyTorch method's row that meets B (measured
-    peak at most B; for torch.compile the ratio :func:`pick_ratio` picks by `key`), None where
-    none does, each as ``{"setting", "peak", "flops"}`` (`key`)."""
+    """Per budget B of ours: our row, our compiled row at B (None where B is below the
+    compiled graph's least peak; absent in runs before it) and each PyTorch method's row that
+    meets B (measured peak at most B; for torch.compile the ratio :func:`pick_ratio` picks by
+    `key`), None where none does, each as ``{"setting", "peak", "flops"}`` (`key`)."""
     rows = result["rows"]
     out = []
     for b in result["budgets"]:
         ours = next(r for r in rows if r["method"] == "lowerset" and r["setting"] == b)
         entry = {"budget": b, "lowerset": dict(_brief(ours, key), fits=ours["fits"]),
                  "methods": {}}
+        compiled = [r for r in rows if r["method"] == "lowerset_compiled"]
+        if compiled:
+            mine = next((r for r in compiled if r["setting"] == b), None)
+            entry["lowerset_compiled"] = (None if mine is None
+                                          else dict(_brief(mine, key), fits=mine["fits"]))
         for method in PYTORCH_METHODS:
             mine = [r for r in rows if r["method"] == method]
             if method.startswith("compile_"):
@@ -986,7 +1061,7 @@ def targets(result):
     "budgets_formula" are the first target under each FLOP rule (:data:`RULES`)."""
     rows = result["rows"]
     ours = [r for r in rows if r["method"] == "lowerset"]
-    names = ("budgets", "budgets_formula", "least_peak", "prediction", "bitwise")
+    names = ("budgets", "budgets_formula", "least_peak", "prediction", "bitwise", "compiled")
     t = {k: {"met": True, "misses": []} for k in names}
 
     def miss(k, text):
@@ -1016,6 +1091,21 @@ def targets(result):
             miss("prediction", f"B={_mb(r['setting'])} MB: {100 * r['error']:+.2f}%")
         if not r["bitwise"]:
             miss("bitwise", f"B={_mb(r['setting'])} MB")
+    for entry in result["by_budget"]["recomputed_flops"]:
+        if "lowerset_compiled" not in entry:
+            t["compiled"] = {"met": None, "misses": ["not measured"]}
+            break
+        b, mine = entry["budget"], entry["lowerset_compiled"]
+        for method in COMPILE_METHODS:
+            r = entry["methods"][method]
+            if r is None:
+                continue
+            if mine is None or not mine["fits"]:
+                miss("compiled", f"B={_mb(b)} MB: {method} fits, ours compiled "
+                                 + ("infeasible" if mine is None else f"{_mb(mine['peak'])} MB"))
+            elif mine["flops"] > r["flops"]:
+                miss("compiled", f"B={_mb(b)} MB: ours compiled {_gf(mine['flops'])}, "
+                                 f"{method} at {r['setting']:g} {_gf(r['flops'])}")
     return t
 
 
@@ -1076,7 +1166,9 @@ TARGET_NAMES = {"budgets": "at each budget a PyTorch method meets, ours fits and
                 "budgets_formula": "the same, formula FLOPs",
                 "least_peak": "our least peak at most theirs",
                 "prediction": "prediction within 3%",
-                "bitwise": "gradients bitwise"}
+                "bitwise": "gradients bitwise",
+                "compiled": "compiled: at each budget torch.compile's budget meets, ours "
+                            "compiled fits and recomputes no more FLOPs"}
 
 
 def markdown(results, info, preset, hf=None):
@@ -1097,8 +1189,9 @@ def markdown(results, info, preset, hf=None):
         for res in results:
             cells = []
             for k in TARGET_NAMES:
-                t = res["targets"][k]
-                cells.append("met" if t["met"] else "missed: " + "; ".join(t["misses"]))
+                t = res["targets"].get(k, {"met": None, "misses": ["not measured"]})
+                cells.append("met" if t["met"] else ("missed: " if t["met"] is False else "")
+                             + "; ".join(t["misses"]))
             lines.append(f"| {res['network']} | " + " | ".join(cells) + " |")
         lines.append("")
     if hf:
@@ -1116,7 +1209,7 @@ def page_markdown(data):
 
 def summary_md(results):
     """Two tables over all networks: each method's least measured peak, and every budget."""
-    names = ("plain",) + PYTORCH_METHODS + ("lowerset", "sac_cuts")
+    names = ("plain",) + PYTORCH_METHODS + ("lowerset", "sac_cuts", "lowerset_compiled")
     out = ["### Least peak of each method", "",
            "Measured peak (MB), recomputed GFLOP (all / formula) and time x plain at the "
            "method's least measured peak; * gradients not bitwise equal to the plain step's, "
@@ -1131,16 +1224,19 @@ def summary_md(results):
                 continue
             r = min(mine, key=lambda r: (r["peak"], r["recomputed_flops"]))
             marks = ("" if r["bitwise"] else "*") + ("" if r["buffers"] else "+")
-            at = "" if r["setting"] is None or method == "lowerset" else f" @{r['setting']:g}"
+            at = ("" if r["setting"] is None or method.startswith("lowerset")
+                  else f" @{r['setting']:g}")
             cells.append(f"{_mb(r['peak'])}{at}{marks}, {_gf(r['recomputed_flops'])} / "
                          f"{_gf(r['recomputed_formula'])}, {r['time_ratio']:.2f}x")
         out.append(f"| {res['network']} | " + " | ".join(cells) + " |")
     out += ["", "### Every budget", "",
-            "Ours: measured MB, recomputed GFLOP all / formula. Each PyTorch method: "
+            "Ours (eager, and compiled by torch.compile with our partition): measured MB, "
+            "recomputed GFLOP all / formula. Each PyTorch method: "
             "recomputed GFLOP all / formula where its measured peak fits the budget "
             "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
-            "| network | budget (MB) | x plain | ours | " + " | ".join(PYTORCH_METHODS) + " |",
-            "|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
+            "| network | budget (MB) | x plain | ours | ours compiled | "
+            + " | ".join(PYTORCH_METHODS) + " |",
+            "|---|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
     for res in results:
         out += [f"| {res['network']} " + line for line in _budget_lines(res)]
     return out + [""]
@@ -1163,8 +1259,22 @@ def _budget_lines(res):
         fit = "" if mine["fits"] else " (over)"
         lines.append(f"| {_mb(e['budget'])} | {e['budget'] / res['plain_predicted']:.2f} | "
                      f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
-                     f"{_gf(f['lowerset']['flops'])} | " + " | ".join(cells) + " |")
+                     f"{_gf(f['lowerset']['flops'])} | {_compiled_cell(e, f)} | "
+                     + " | ".join(cells) + " |")
     return lines
+
+
+def _compiled_cell(e, f):
+    """Our compiled row at one budget: measured MB, recomputed GFLOP all / formula; "n/a" in a
+    run without it, "infeasible" below the compiled graph's least peak."""
+    if "lowerset_compiled" not in e:
+        return "n/a"
+    mine = e["lowerset_compiled"]
+    if mine is None:
+        return "infeasible"
+    fit = "" if mine["fits"] else " (over)"
+    return (f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
+            f"{_gf(f['lowerset_compiled']['flops'])}")
 
 
 def _network_md(res):
@@ -1189,15 +1299,20 @@ def _network_md(res):
             setting += f" (graphs of {r['same_graphs_as']})"
         pred = (f"{_mb(r['predicted'])} | {100 * r['error']:+.2f}%" if "predicted" in r
                 else " | ")
+        bitwise = _yes(r["bitwise"])
+        if "bitwise_vs_compiled" in r:
+            bitwise += f" ({_yes(r['bitwise_vs_compiled'])} against compile_dp at 1)"
         out.append(f"| {r['method']} | {setting} | {_mb(r['peak'])} | "
                    f"{_gf(r['recomputed_flops'])} | {_gf(r['recomputed_formula'])} | "
-                   f"{r['time_ratio']:.2f} | {_yes(r['bitwise'])} | {_yes(r['buffers'])} | "
+                   f"{r['time_ratio']:.2f} | {bitwise} | {_yes(r['buffers'])} | "
                    f"{pred} |")
-    out += ["", "Per budget: ours (measured MB, recomputed GFLOP all / formula) and the "
+    out += ["", "Per budget: ours, eager and compiled (measured MB, recomputed GFLOP all / "
+            "formula), and the "
             "recomputed GFLOP (all / formula) of each PyTorch method whose measured peak fits "
             "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
-            "| budget (MB) | x plain | ours | " + " | ".join(PYTORCH_METHODS) + " |",
-            "|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
+            "| budget (MB) | x plain | ours | ours compiled | " + " | ".join(PYTORCH_METHODS)
+            + " |",
+            "|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
     return out + _budget_lines(res) + [""]
 
 
@@ -1217,7 +1332,7 @@ def plot(results, path):
     fig, axes = plt.subplots(rows_, cols, figsize=(6 * cols, 4.2 * rows_), squeeze=False)
     styles = {"plain": "ks", "checkpoint": "C0o", "checkpoint_sequential": "C1^", "sac": "C2D",
               "compile_dp": "C3.--", "compile_ilp": "C4x:", "lowerset": "C5*-",
-              "sac_cuts": "C6P"}
+              "sac_cuts": "C6P", "lowerset_compiled": "C8v-"}
     for ax, res in zip(axes.flat, results):
         for method in METHODS:
             pts = sorted((r["recomputed_flops"] / 1e9, r["peak"] / 1e6)

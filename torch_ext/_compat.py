@@ -34,7 +34,8 @@ __all__ = ["TorchDispatchMode", "pop_dispatch_mode_temporarily", "current_dispat
            "profiler_enabled", "profile_events", "event_name", "event_device_type",
            "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
            "is_compiled_function", "optimized_module_class", "ddp_rebuilt_buckets", "APIS",
-           "ON_FIRST_USE", "SET_BY_COMPILE", "SET_BY_DDP", "CHECKED_ON"]
+           "ON_FIRST_USE", "COMPILE_APIS", "compile_apis", "SET_BY_COMPILE", "SET_BY_DDP",
+           "CHECKED_ON"]
 
 #: The PyTorch versions every row below was checked on (``setup.cfg``'s torch extra pins the
 #: last one).
@@ -95,6 +96,25 @@ APIS = {
 ON_FIRST_USE = {
     "optimized_module_class": ("torch._dynamo.eval_frame.OptimizedModule",
                                "a torch.compile'd module, which the trace refuses"),
+}
+
+#: Looked up at the first call of :func:`compile_apis` (as :data:`APIS`): ``torch._functorch``
+#: and ``torch._inductor``, which ``torch.compile`` imports and ``import torch_ext`` does not.
+COMPILE_APIS = {
+    "default_partition": ("torch._functorch.partitioners.default_partition",
+                          "splits a joint graph tagged by torch_ext.compiled's plan in two"),
+    "aot_autograd": ("torch._dynamo.backends.common.aot_autograd",
+                     "the aot_eager backend with torch_ext.compiled's partition"),
+    "boxed_nop": ("torch._dynamo.backends.debugging.boxed_nop",
+                  "aot_eager's compiler: runs the two graphs as they are"),
+    "compile_fx": ("torch._inductor.compile_fx.compile_fx",
+                   "the inductor backend with torch_ext.compiled's partition"),
+    "inductor_config": ("torch._inductor.config",
+                        "custom_partitioner_fn set for one compilation"),
+    "functorch_config": ("torch._functorch.config",
+                         "AOTAutograd's cache off for a planned compilation"),
+    "custom_partitioner": ("torch._inductor.custom_graph_pass.CustomPartitionerFn",
+                           "the class Inductor's custom partitioner must have"),
 }
 
 #: Attributes ``torch.compile`` sets on what it returns: plain name here -> (the attribute,
@@ -226,3 +246,16 @@ def optimized_module_class():
         If the installed PyTorch does not have it.
     """
     return _look_up_all(ON_FIRST_USE)["optimized_module_class"]
+
+
+@functools.cache
+def compile_apis():
+    """The rows of :data:`COMPILE_APIS`: plain name -> object (imports ``torch._functorch``
+    and ``torch._inductor``).
+
+    Raises
+    ------
+    MissingTorchAPIError
+        If the installed PyTorch lacks one of them.
+    """
+    return _look_up_all(COMPILE_APIS)

@@ -1,0 +1,442 @@
+"""Plans inside ``torch.compile``: an AOTAutograd partition function that saves what a plan keeps.
+
+AOTAutograd traces a compiled region's forward and backward passes into one joint FX graph, and
+a partition function splits it in two: a forward graph, which saves tensors for the backward,
+and a backward graph, which recomputes every forward value it needs that was not saved.
+:class:`PlannedPartition` is such a function. On each joint graph it
+
+1. builds a :class:`lowerset.Graph` with execution facts from the forward part
+   (:func:`joint_to_graph`): a node per operation that owns its memory; the views of a value and
+   the items of an operation with several outputs belong to the node whose memory they share;
+   T_v = FLOPs by ``torch.utils.flop_counter``'s formulas, M_v = bytes of its outputs; the
+   backward of a node reads the arguments and outputs the joint graph's backward part reads;
+   parameters and inputs are resident externals;
+2. plans it (:func:`lowerset.solve` at the budget, :func:`lowerset.min_peak` without one);
+3. tags every forward operation with ``torch.utils.checkpoint.CheckpointPolicy``:
+   ``MUST_RECOMPUTE`` where the plan drops its node's outputs, ``MUST_SAVE`` elsewhere, and hands
+   the graph to PyTorch's own default partitioner, which honours those tags as it does selective
+   activation checkpointing's and orders the backward graph so that each recomputation runs
+   just before its first use.
+
+Random operations (dropout) and operations that write into memory (BatchNorm's running
+statistics) are pinned: never recomputed, so a step's gradients are those of the compiled step
+without a plan, bit for bit under ``aot_eager``. :func:`backend` wraps the partition function into
+a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
+
+The schedule is that of the joint graph's operations run one at a time (``aot_eager``), each
+backward reading what it reads in the joint graph; under ``inductor`` fused kernels allocate fewer
+intermediate tensors, so the measured peak is below the prediction.
+
+References
+----------
+.. [1] Kusumoto et al., NeurIPS 2019, Sec. 2 (G, T_v, M_v), Sec. 3 (canonical strategies).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, NamedTuple
+
+import torch
+
+import lowerset
+
+from . import _compat
+from ._build import flop_costs
+from ._graph import TARGET_TOTAL_COST
+
+# torch._functorch and torch._inductor (1-2 s to import; torch.compile imports them anyway)
+_APIS = _compat.compile_apis()
+
+__all__ = ["PlannedPartition", "CompiledPlan", "backend", "joint_to_graph", "COMPILERS"]
+
+#: The compilers :func:`backend` wraps: AOTAutograd's ``aot_eager`` (the graphs run op by op)
+#: and ``inductor`` (``torch.compile``'s default).
+COMPILERS = ("aot_eager", "inductor")
+
+
+class CompiledPlan(NamedTuple):
+    """What :class:`PlannedPartition` did with one joint graph.
+
+    Attributes
+    ----------
+    graph : lowerset.Graph
+        The forward part as :func:`joint_to_graph` builds it (labels: FX node names).
+    plan : lowerset.CanonicalStrategy
+        The plan on it; ``plan.schedule.peak`` is the predicted peak (bytes).
+    recomputed : tuple of str
+        Names of the forward FX nodes tagged ``MUST_RECOMPUTE``.
+    """
+
+    graph: lowerset.Graph
+    plan: lowerset.CanonicalStrategy
+    recomputed: tuple[str, ...]
+
+
+class _Group:
+    """One node of the lowerset graph: an FX operation that owns its memory, with the FX nodes
+    (items, views) that share it."""
+
+    __slots__ = ("owner", "members", "out_bytes", "args", "random", "mutates")
+
+    def __init__(self, owner, out_bytes):
+        self.owner, self.members, self.out_bytes = owner, [owner], out_bytes
+        self.args, self.random, self.mutates = [], False, False
+
+
+def _is_view(node):
+    """Whether FX node `node` returns a view of its first argument (an aliasing ATen op)."""
+    schema = _compat.op_schema(node.target)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def _bytes(val):
+    if isinstance(val, torch.Tensor):
+        return val.numel() * val.element_size()
+    return 0
+
+
+def _flops(node):
+    """FLOPs of one FX call by ``torch.utils.flop_counter``'s formula (on the fake tensors in
+    ``node.meta["val"]``), else one per output element."""
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
+    kwargs = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v
+              for k, v in node.kwargs.items()}
+    formula = _compat.flop_registry.get(_compat.op_packet(node.target))
+    if formula is not None:
+        try:
+            return int(formula(*vals, **kwargs, out_val=node.meta.get("val")))
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            pass
+    val = node.meta.get("val")
+    outs = val if isinstance(val, (tuple, list)) else [val]
+    return sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+
+
+def _forward_nodes(joint):
+    """The joint graph's forward operations (``partitioner_tag == "is_forward"``), in order."""
+    nodes = [n for n in joint.graph.nodes
+             if n.op == "call_function" and n.meta.get("partitioner_tag") == "is_forward"]
+    if not nodes and any(n.op == "call_function" for n in joint.graph.nodes):
+        raise lowerset.ArgumentError(
+            "the joint graph's operations carry no partitioner_tag: this PyTorch's AOTAutograd "
+            f"does not mark the forward part (torch_ext was checked on torch "
+            f"{', '.join(_compat.CHECKED_ON)})")
+    return nodes
+
+
+def _groups(joint):
+    """(groups in forward order, FX node -> (group index, output k) or ("e", external index),
+    externals as FX placeholders)."""
+    where: dict[Any, Any] = {}
+    externals = []
+    for n in joint.graph.nodes:
+        if n.op == "placeholder" and n.meta.get("partitioner_tag") == "is_forward" \
+                and isinstance(n.meta.get("val"), torch.Tensor):
+            where[n] = ("e", len(externals))
+            externals.append(n)
+    groups: list[_Group] = []
+    for n in _forward_nodes(joint):
+        val = n.meta.get("val")
+        src = n.args[0] if n.args and isinstance(n.args[0], torch.fx.Node) else None
+        if n.target is operator.getitem and src in where and _owns_items(src, where, groups):
+            g, _ = where[src]
+            where[n] = (g, n.args[1])
+            groups[g].members.append(n)
+        elif (_is_view(n) or n.target is operator.getitem) and src in where:
+            # a view, or an item of a list of views (split, unbind): the memory of its source
+            where[n] = where[src]
+            if where[src][0] != "e":
+                groups[where[src][0]].members.append(n)
+        elif isinstance(val, torch.Tensor) or (
+                isinstance(val, (tuple, list))
+                and any(isinstance(v, torch.Tensor) for v in val)):
+            outs = list(val) if isinstance(val, (tuple, list)) else [val]
+            g = _Group(n, [_bytes(v) for v in outs])
+            g.args = [where[a] for a in n.all_input_nodes if a in where]
+            tags = getattr(n.target, "tags", ())
+            g.random = torch.Tag.nondeterministic_seeded in tags
+            schema = _compat.op_schema(n.target)
+            g.mutates = bool(schema is not None and schema.is_mutable)
+            where[n] = (len(groups), 0)
+            groups.append(g)
+    return groups, where, externals
+
+
+def _owns_items(src, where, groups):
+    """Whether FX node `src` is the operation of a node with several outputs (its items are
+    those outputs), not a view or a list of views of another node's output."""
+    w = where[src]
+    return w[0] != "e" and groups[w[0]].owner is src and len(groups[w[0]].out_bytes) > 1 \
+        or w[0] != "e" and groups[w[0]].owner is src \
+        and isinstance(src.meta.get("val"), (tuple, list))
+
+
+def _backward_reads(joint, where):
+    """The (group, k) and ("e", i) values some backward operation of the joint graph reads."""
+    read: set[tuple[Any, Any]] = set()
+    for n in joint.graph.nodes:
+        if n.meta.get("partitioner_tag") == "is_backward" and n.op == "call_function":
+            read.update(where[a] for a in n.all_input_nodes if a in where)
+    return read
+
+
+def _returned(joint, where, num_fwd_outputs):
+    """The (group, k) values the forward graph returns (its first `num_fwd_outputs` outputs)."""
+    out = next(n for n in joint.graph.nodes if n.op == "output")
+    values = torch.utils._pytree.tree_leaves(out.args)[:num_fwd_outputs]
+    return sorted({where[v] for v in values
+                   if isinstance(v, torch.fx.Node) and v in where and where[v][0] != "e"})
+
+
+def _last_forward_use(groups):
+    """Per (group, k): the forward position of its last reader (its own where none reads it)."""
+    last = {(g, k): g for g, grp in enumerate(groups) for k in range(len(grp.out_bytes))}
+    for g, grp in enumerate(groups):
+        for a in grp.args:
+            if a[0] != "e":
+                last[a] = max(last[a], g)
+    return last
+
+
+def _node_facts(g, grp, read, returned, last, gets_grad):
+    args = tuple((~a[1], 0) if a[0] == "e" else a for a in grp.args)
+    kept = [(g, k) in read or (g, k) in returned for k in range(len(grp.out_bytes))]
+    return lowerset.NodeFacts(
+        outputs=tuple(grp.out_bytes), args=args,
+        reads_args=tuple(p for p, a in enumerate(grp.args) if a in read),
+        reads_outputs=tuple(k for k, r in enumerate(kept) if r),
+        grad_args=tuple(gets_grad(a) for a in grp.args),
+        output_views=(-1,) * len(grp.out_bytes), grad_views=(-1,) * len(args),
+        pinned=grp.random or grp.mutates,
+        plain_free_after=tuple(-1 if r else last[(g, k)] for k, r in enumerate(kept)))
+
+
+def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
+                   static_lifetime_input_indices: list[int] | None = None
+                   ) -> tuple[lowerset.Graph, list[list[torch.fx.Node]]]:
+    """The forward part of an AOTAutograd joint graph as a :class:`lowerset.Graph` with facts.
+
+    Parameters
+    ----------
+    joint : torch.fx.GraphModule
+        The joint forward and backward graph a partition function receives.
+    num_fwd_outputs : int
+        How many of its outputs the forward graph returns.
+    static_lifetime_input_indices : list of int, optional
+        Positions of the placeholders that are parameters (AOTAutograd passes them to the
+        partition function); they get gradients that persist. Other placeholders are inputs.
+
+    Returns
+    -------
+    graph : lowerset.Graph
+        Node ``i`` is labelled with the FX name of the i-th forward operation that owns its
+        memory; T_v in FLOPs scaled to ``torch_ext.trace``'s units (cost units), M_v in bytes.
+    members : list of list of torch.fx.Node
+        Per node id, the FX nodes it stands for (the operation, its items and views).
+
+    Raises
+    ------
+    lowerset.ArgumentError
+        If the joint graph has no forward operation with a tensor output, or its nodes carry no
+        ``partitioner_tag``.
+    """
+    groups, where, externals = _groups(joint)
+    if not groups:
+        raise lowerset.ArgumentError("the joint graph has no forward operation with a tensor "
+                                     "output: nothing to plan")
+    read = _backward_reads(joint, where)
+    returned = _returned(joint, where, num_fwd_outputs)
+    last = _last_forward_use(groups)
+    static = set(static_lifetime_input_indices or ())
+    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    kinds = tuple(("param" if placeholders.index(p) in static else "input",
+                   _bytes(p.meta["val"])) for p in externals)
+
+    def gets_grad(a):   # parameters and floating-point values get a gradient; inputs do not
+        if a[0] == "e":
+            return kinds[a[1]][0] == "param"
+        return torch.is_floating_point(_output_val(groups[a[0]], a[1]))
+
+    facts_nodes = [_node_facts(g, grp, read, set(returned), last, gets_grad)
+                   for g, grp in enumerate(groups)]
+    seeds = tuple(v for v in returned
+                  if torch.is_floating_point(_output_val(groups[v[0]], v[1])))
+    facts = lowerset.ExecutionFacts(
+        nodes=tuple(facts_nodes), forward_order=tuple(range(len(groups))),
+        backward_order=tuple(range(len(groups) - 1, -1, -1)), externals=kinds,
+        returned=tuple(returned), seeds=seeds or tuple(returned[-1:]), grad_sum="inplace")
+    labels = [grp.owner.name for grp in groups]
+    cost, _ = flop_costs({v: _flops(grp.owner) for v, grp in zip(labels, groups)},
+                         TARGET_TOTAL_COST)
+    edges = sorted({(labels[a[0]], labels[v]) for v, grp in enumerate(groups)
+                    for a in grp.args if a[0] != "e"})
+    memory = {v: sum(grp.out_bytes) for v, grp in zip(labels, groups)}
+    attrs = {v: {"op": str(grp.owner.target)} for v, grp in zip(labels, groups)}
+    graph = lowerset.Graph(labels, edges, cost, memory, attrs, facts=facts)
+    return graph, [grp.members for grp in groups]
+
+
+def _output_val(grp, k):
+    val = grp.owner.meta.get("val")
+    return val[k] if isinstance(val, (tuple, list)) else val
+
+
+class PlannedPartition:
+    """An AOTAutograd partition function that saves what a lowerset plan keeps.
+
+    Pass it as ``partition_fn`` to ``torch._dynamo.backends.common.aot_autograd``, or use
+    :func:`backend`. Each joint graph it partitions is planned on its own, at the same budget.
+
+    Parameters
+    ----------
+    budget : int, optional
+        Bytes: the peak the plan's schedule of one compiled graph may reach, parameters, their
+        gradients and inputs included (:func:`lowerset.solve`). None (default): the least peak
+        (:func:`lowerset.min_peak`).
+    method : str
+        The planner's method (``"auto"``, ``"exact"``, ...).
+    time_limit : float, "default" or None
+        Seconds per plan (:func:`lowerset.default_time_limit` by default).
+
+    Attributes
+    ----------
+    plans : list of CompiledPlan
+        One per joint graph partitioned, in order.
+
+    Raises
+    ------
+    lowerset.InfeasibleBudgetError
+        At compilation (wrapped by ``torch.compile`` in its ``BackendCompilerFailed``), if no
+        plan of a graph fits `budget`.
+    """
+
+    def __init__(self, budget: int | None = None, *, method: str = "auto",
+                 time_limit: float | str | None = lowerset.planner.DEFAULT) -> None:
+        self.budget, self.method, self.time_limit = budget, method, time_limit
+        self.plans: list[CompiledPlan] = []
+
+    def plan(self, graph: lowerset.Graph) -> lowerset.CanonicalStrategy:
+        """The plan of one graph at this partition's budget."""
+        if self.budget is None:
+            return lowerset.min_peak(graph, self.method, time_limit=self.time_limit,
+                                     progress=False)
+        return lowerset.solve(graph, self.budget, method=self.method,
+                              time_limit=self.time_limit, progress=False)
+
+    def __call__(self, joint: torch.fx.GraphModule, joint_inputs: Any, *,
+                 num_fwd_outputs: int, **kwargs: Any) -> tuple[torch.fx.GraphModule,
+                                                               torch.fx.GraphModule]:
+        """Plan `joint`, tag its forward operations and split it (AOTAutograd's call).
+
+        Parameters
+        ----------
+        joint : torch.fx.GraphModule
+            The joint forward and backward graph.
+        joint_inputs : object
+            Its example inputs (passed on).
+        num_fwd_outputs : int
+            How many of its outputs the forward graph returns.
+        **kwargs
+            Passed on to PyTorch's default partitioner (``static_lifetime_input_indices``);
+            Inductor's ``compiler`` is dropped.
+
+        Returns
+        -------
+        (torch.fx.GraphModule, torch.fx.GraphModule)
+            The forward and the backward graph.
+        """
+        kwargs.pop("compiler", None)   # inductor names itself; the default partitioner takes none
+        graph, members = joint_to_graph(joint, num_fwd_outputs,
+                                        kwargs.get("static_lifetime_input_indices"))
+        plan = self.plan(graph)
+        dropped = lowerset.scheduling.dropped_nodes(plan)
+        policy = torch.utils.checkpoint.CheckpointPolicy
+        recomputed = []
+        for v, nodes in enumerate(members):
+            for n in nodes:
+                n.meta["recompute"] = policy.MUST_RECOMPUTE if dropped[v] else policy.MUST_SAVE
+                if dropped[v]:
+                    recomputed.append(n.name)
+        self.plans.append(CompiledPlan(graph, plan, tuple(recomputed)))
+        return _APIS["default_partition"](joint, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                          **kwargs)
+
+
+def backend(budget: int | None = None, *, compiler: str = "inductor", method: str = "auto",
+            time_limit: float | str | None = lowerset.planner.DEFAULT) -> Any:
+    """A ``torch.compile`` backend whose partition saves what a lowerset plan keeps.
+
+    ``torch.compile(model, backend=torch_ext.compiled.backend(budget))``: every graph the model
+    compiles into is partitioned by a :class:`PlannedPartition`, found on the returned backend
+    as ``.partition`` (its ``plans`` say what each graph recomputes and its predicted peak).
+
+    Parameters
+    ----------
+    budget : int, optional
+        Bytes per compiled graph (see :class:`PlannedPartition`); None: the least peak.
+    compiler : {"inductor", "aot_eager"}
+        What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
+        schedule's model).
+    method, time_limit
+        As :class:`PlannedPartition`.
+
+    Returns
+    -------
+    callable
+        The backend, with attribute ``partition``.
+
+    Raises
+    ------
+    lowerset.ArgumentError
+        If `compiler` is not one of :data:`COMPILERS`.
+    """
+    if compiler not in COMPILERS:
+        raise lowerset.ArgumentError(f"unknown compiler {compiler!r}; expected one of "
+                                     f"{COMPILERS}")
+    partition = PlannedPartition(budget, method=method, time_limit=time_limit)
+    if compiler == "aot_eager":
+        compile_fn = _APIS["aot_autograd"](fw_compiler=_APIS["boxed_nop"],
+                                           bw_compiler=_APIS["boxed_nop"],
+                                           partition_fn=partition,
+                                           keep_inference_input_mutations=True)
+    else:
+        def compile_fn(gm, example_inputs):
+            with _APIS["inductor_config"].patch(
+                    custom_partitioner_fn=_InductorPartition(partition)):
+                return _APIS["compile_fx"](gm, example_inputs)
+
+    def run(gm, example_inputs):
+        # AOTAutograd's cache would hand back graphs partitioned before, by another plan or
+        # none, and leave `plans` without a record of them
+        with _APIS["functorch_config"].patch(enable_autograd_cache=False):
+            return compile_fn(gm, example_inputs)
+
+    run.partition = partition  # type: ignore[attr-defined]
+    return run
+
+
+class _InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]
+    """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``. Its uuid is None,
+    so Inductor skips its cache (a cached graph would carry no record in ``plans``); it
+    pickles as its settings, which Inductor's cache key reads."""
+
+    def __init__(self, partition: PlannedPartition) -> None:
+        self.partition = partition
+
+    def __call__(self, gm, joint_inputs, **kwargs):
+        return self.partition(gm, joint_inputs, **kwargs)
+
+    def uuid(self) -> None:
+        return None
+
+    def __reduce__(self):
+        p = self.partition
+        return (_inductor_partition, (p.budget, p.method, p.time_limit))
+
+
+def _inductor_partition(budget, method, time_limit):
+    return _InductorPartition(PlannedPartition(budget, method=method, time_limit=time_limit))
