@@ -132,7 +132,7 @@ def _groups(joint):
     """(groups in forward order, FX node -> (group index, output k) or ("e", external index),
     externals as FX placeholders)."""
     where: dict[Any, Any] = {}
-    externals = []
+    externals: list[torch.fx.Node] = []
     for n in joint.graph.nodes:
         if n.op == "placeholder" and n.meta.get("partitioner_tag") == "is_forward" \
                 and isinstance(n.meta.get("val"), torch.Tensor):
