@@ -166,6 +166,9 @@ N_BUDGETS = 6
 #: Largest |measured - predicted| / predicted of ours the targets accept.
 PREDICTION_TOLERANCE = 0.03
 
+#: How much longer than a PyTorch method's step ours may take at a budget both meet (2%).
+TIME_SLACK = 0.02
+
 METHODS = ("plain", "checkpoint", "checkpoint_sequential", "sac", "compile_dp", "compile_ilp",
            "lowerset", "sac_cuts", "lowerset_compiled")
 
@@ -848,8 +851,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "rows": rows, "rounds": rounds, "load": load,
               "seconds": time.perf_counter() - start,
               "device": str(case.device)}
-    result["by_budget"] = {key: budget_table(result, key) for key in RULES}
-    result["targets"] = targets(result)
+    derive(result)
     _log(f"{name}: done in {result['seconds']:.0f} s (load {load[0]:.1f} -> {load[1]:.1f})")
     return result
 
@@ -1026,7 +1028,16 @@ RULES = {"recomputed_flops": "FLOPs (formulas, else one per output element)",
 
 
 def _brief(row, key):
-    return {"setting": row["setting"], "peak": row["peak"], "flops": row[key]}
+    return {"setting": row["setting"], "peak": row["peak"], "flops": row[key],
+            "time_ratio": row["time_ratio"]}
+
+
+def derive(result):
+    """Set a network's ``"by_budget"`` (:func:`budget_table` under each rule) and
+    ``"targets"`` (:func:`targets`) from its rows: a page rendered from an earlier run's JSON
+    applies the current rules."""
+    result["by_budget"] = {key: budget_table(result, key) for key in RULES}
+    result["targets"] = targets(result)
 
 
 def budget_table(result, key="recomputed_flops"):
@@ -1061,7 +1072,8 @@ def targets(result):
     "budgets_formula" are the first target under each FLOP rule (:data:`RULES`)."""
     rows = result["rows"]
     ours = [r for r in rows if r["method"] == "lowerset"]
-    names = ("budgets", "budgets_formula", "least_peak", "prediction", "bitwise", "compiled")
+    names = ("budgets", "budgets_formula", "least_peak", "prediction", "bitwise", "compiled",
+             "time")
     t = {k: {"met": True, "misses": []} for k in names}
 
     def miss(k, text):
@@ -1106,7 +1118,29 @@ def targets(result):
             elif mine["flops"] > r["flops"]:
                 miss("compiled", f"B={_mb(b)} MB: ours compiled {_gf(mine['flops'])}, "
                                  f"{method} at {r['setting']:g} {_gf(r['flops'])}")
+    _time_target(result, miss)
     return t
+
+
+def _time_target(result, miss):
+    """At each budget a PyTorch method fits: ours fits and its step takes at most that
+    method's time + 2% (times over the plain step's, :data:`TIME_SLACK`); torch.compile's
+    methods are compared with ours compiled, the eager tools with ours."""
+    for entry in result["by_budget"]["recomputed_flops"]:
+        b = entry["budget"]
+        for method, r in entry["methods"].items():
+            if r is None or "time_ratio" not in r:
+                continue
+            compiled = method in COMPILE_METHODS
+            mine = entry.get("lowerset_compiled") if compiled else entry["lowerset"]
+            if compiled and "lowerset_compiled" not in entry:
+                continue
+            name = "ours compiled" if compiled else "ours"
+            if mine is None or not mine["fits"]:
+                miss("time", f"B={_mb(b)} MB: {method} fits, {name} does not")
+            elif mine["time_ratio"] > r["time_ratio"] * (1 + TIME_SLACK):
+                miss("time", f"B={_mb(b)} MB: {name} {mine['time_ratio']:.2f}x, {method} "
+                             f"{r['time_ratio']:.2f}x")
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -1168,7 +1202,9 @@ TARGET_NAMES = {"budgets": "at each budget a PyTorch method meets, ours fits and
                 "prediction": "prediction within 3%",
                 "bitwise": "gradients bitwise",
                 "compiled": "compiled: at each budget torch.compile's budget meets, ours "
-                            "compiled fits and recomputes no more FLOPs"}
+                            "compiled fits and recomputes no more FLOPs",
+                "time": "at each budget a PyTorch method meets, ours (compiled against "
+                        "torch.compile) takes at most its time + 2%"}
 
 
 def markdown(results, info, preset, hf=None):
@@ -1202,6 +1238,8 @@ def markdown(results, info, preset, hf=None):
 def page_markdown(data):
     """The Markdown of a run's JSON (what :func:`main` writes): :func:`markdown` and the wall
     time where recorded."""
+    for res in data["results"]:
+        derive(res)
     md = markdown(data["results"], data["machine"], data["preset"], data.get("hf"))
     seconds = data["machine"].get("seconds")
     return md + ("" if seconds is None else f"\nWall time: {seconds:.0f} s.\n")
@@ -1231,9 +1269,10 @@ def summary_md(results):
         out.append(f"| {res['network']} | " + " | ".join(cells) + " |")
     out += ["", "### Every budget", "",
             "Ours (eager, and compiled by torch.compile with our partition): measured MB, "
-            "recomputed GFLOP all / formula. Each PyTorch method: "
+            "recomputed GFLOP all / formula, time x plain. Each PyTorch method: "
             "recomputed GFLOP all / formula where its measured peak fits the budget "
-            "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
+            "(torch.compile: at the ratio picked for each rule) and the time x plain at the "
+            "first rule's, - where it does not.", "",
             "| network | budget (MB) | x plain | ours | ours compiled | "
             + " | ".join(PYTORCH_METHODS) + " |",
             "|---|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
@@ -1255,13 +1294,19 @@ def _budget_lines(res):
             elif r is None:
                 cells.append("-")
             else:
-                cells.append(f"{_gf(r['flops'])}{_at(r)} / {_gf(q['flops'])}{_at(q)}")
+                cells.append(f"{_gf(r['flops'])}{_at(r)} / {_gf(q['flops'])}{_at(q)}"
+                             + _time(r))
         fit = "" if mine["fits"] else " (over)"
         lines.append(f"| {_mb(e['budget'])} | {e['budget'] / res['plain_predicted']:.2f} | "
                      f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
-                     f"{_gf(f['lowerset']['flops'])} | {_compiled_cell(e, f)} | "
+                     f"{_gf(f['lowerset']['flops'])}{_time(mine)} | {_compiled_cell(e, f)} | "
                      + " | ".join(cells) + " |")
     return lines
+
+
+def _time(r):
+    """", 1.23x": a row's step time over the plain step's (absent from older runs' tables)."""
+    return f", {r['time_ratio']:.2f}x" if "time_ratio" in r else ""
 
 
 def _compiled_cell(e, f):
@@ -1274,7 +1319,7 @@ def _compiled_cell(e, f):
         return "infeasible"
     fit = "" if mine["fits"] else " (over)"
     return (f"{_mb(mine['peak'])}{fit}, {_gf(mine['flops'])} / "
-            f"{_gf(f['lowerset_compiled']['flops'])}")
+            f"{_gf(f['lowerset_compiled']['flops'])}{_time(mine)}")
 
 
 def _network_md(res):
@@ -1307,9 +1352,9 @@ def _network_md(res):
                    f"{r['time_ratio']:.2f} | {bitwise} | {_yes(r['buffers'])} | "
                    f"{pred} |")
     out += ["", "Per budget: ours, eager and compiled (measured MB, recomputed GFLOP all / "
-            "formula), and the "
-            "recomputed GFLOP (all / formula) of each PyTorch method whose measured peak fits "
-            "(torch.compile: at the ratio picked for each rule), - where it does not.", "",
+            "formula, time x plain), and the recomputed GFLOP (all / formula) and time x plain "
+            "of each PyTorch method whose measured peak fits (torch.compile: at the ratio "
+            "picked for each rule; the time at the first rule's), - where it does not.", "",
             "| budget (MB) | x plain | ours | ours compiled | " + " | ".join(PYTORCH_METHODS)
             + " |",
             "|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]

@@ -60,13 +60,15 @@ def check_not_compiled(step, model, error):
         if is_compiled_function(obj):
             raise error(f"the step calls a torch.compile'd function "
                         f"({getattr(obj, '__name__', type(obj).__name__)}): lowerset traces "
-                        "and executes eager PyTorch; pass the module before torch.compile")
+                        "and executes eager PyTorch; pass the module before torch.compile, or "
+                        "plan inside the compilation with torch_ext.compiled.backend")
         if isinstance(obj, torch.nn.Module):
             name = _compiled_module(obj)
             if name is not None:
                 where = f"module {type(obj).__name__}" + (f".{name}" if name else "")
                 raise error(f"the step runs a torch.compile'd {where}: lowerset traces and "
-                            "executes eager PyTorch; pass the module before torch.compile")
+                            "executes eager PyTorch; pass the module before torch.compile, or "
+                            "plan inside the compilation with torch_ext.compiled.backend")
 
 
 def step_device(step, model=None):

@@ -94,9 +94,16 @@ def _is_view(node):
 
 
 def _bytes(val):
-    if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
-    return 0
+    """Bytes of a fake tensor (0 for anything else)."""
+    if not isinstance(val, torch.Tensor):
+        return 0
+    numel = val.numel()
+    if not isinstance(numel, int):
+        raise lowerset.ArgumentError(
+            f"a tensor of the compiled graph has a symbolic shape {tuple(val.shape)}: a plan "
+            "needs sizes in bytes; compile with dynamic=False (each new shape is then "
+            "compiled, and planned, anew)")
+    return numel * val.element_size()
 
 
 def _flops(node):
@@ -170,9 +177,8 @@ def _owns_items(src, where, groups):
     """Whether FX node `src` is the operation of a node with several outputs (its items are
     those outputs), not a view or a list of views of another node's output."""
     w = where[src]
-    return w[0] != "e" and groups[w[0]].owner is src and len(groups[w[0]].out_bytes) > 1 \
-        or w[0] != "e" and groups[w[0]].owner is src \
-        and isinstance(src.meta.get("val"), (tuple, list))
+    return (w[0] != "e" and groups[w[0]].owner is src
+            and isinstance(src.meta.get("val"), (tuple, list)))
 
 
 def _backward_reads(joint, where):
@@ -187,7 +193,7 @@ def _backward_reads(joint, where):
 def _returned(joint, where, num_fwd_outputs):
     """The (group, k) values the forward graph returns (its first `num_fwd_outputs` outputs)."""
     out = next(n for n in joint.graph.nodes if n.op == "output")
-    values = torch.utils._pytree.tree_leaves(out.args)[:num_fwd_outputs]
+    values = _compat.tree_flatten(out.args)[0][:num_fwd_outputs]
     return sorted({where[v] for v in values
                    if isinstance(v, torch.fx.Node) and v in where and where[v][0] != "e"})
 
@@ -241,8 +247,8 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
     Raises
     ------
     lowerset.ArgumentError
-        If the joint graph has no forward operation with a tensor output, or its nodes carry no
-        ``partitioner_tag``.
+        If the joint graph has no forward operation with a tensor output, its nodes carry no
+        ``partitioner_tag``, or a tensor has a symbolic shape (``dynamic=True``).
     """
     groups, where, externals = _groups(joint)
     if not groups:

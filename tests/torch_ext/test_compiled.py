@@ -1,0 +1,245 @@
+"""torch_ext.compiled: a plan inside torch.compile. The backward graph recomputes exactly what
+the plan drops, gradients and buffers equal the eager step's bit for bit under aot_eager,
+random and mutating operations are never recomputed, and the measured peak follows the
+prediction."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import lowerset  # noqa: E402
+from torch_ext import compiled  # noqa: E402
+from torch_ext.measure import MemoryMeter  # noqa: E402
+
+aot_autograd = pytest.importorskip("torch._dynamo.backends.common").aot_autograd
+boxed_nop = pytest.importorskip("torch._dynamo.backends.debugging").boxed_nop
+
+
+class Block(nn.Module):
+    def __init__(self, d, p):
+        super().__init__()
+        self.ln, self.a, self.b = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return x + self.drop(self.b(F.gelu(self.a(self.ln(x)))))
+
+
+def blocks(p=0.1, n=6, d=64):
+    torch.manual_seed(0)
+    return nn.Sequential(*[Block(d, p) for _ in range(n)], nn.Linear(d, 1))
+
+
+def cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(8 * 16 * 16, 1))
+
+
+def run(model, fn, x, meter=False):
+    """One step from the same random state: (loss, grads, buffers, measured peak above the
+    start or None)."""
+    torch.manual_seed(1)
+    model.zero_grad(set_to_none=True)
+    if meter:
+        with MemoryMeter(torch.device("cpu")) as m:
+            loss = fn(x).square().mean()
+            loss.backward()
+        peak = m.result.peak
+    else:
+        loss = fn(x).square().mean()
+        loss.backward()
+        peak = None
+    return (loss.detach(), [p.grad.clone() for p in model.parameters()],
+            [b.clone() for b in model.buffers()], peak)
+
+
+def same(a, b):
+    return (torch.equal(a[0], b[0]) and all(torch.equal(u, v) for u, v in zip(a[1], b[1]))
+            and all(torch.equal(u, v) for u, v in zip(a[2], b[2])))
+
+
+def capture(partition):
+    """An aot_eager backend with `partition` that keeps the forward and backward graphs."""
+    graphs = {}
+
+    def keep(name):
+        def compiler(gm, example_inputs):
+            graphs[name] = gm
+            return boxed_nop(gm, example_inputs)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"),
+                           partition_fn=partition, keep_inference_input_mutations=True)
+    return backend, graphs
+
+
+def recomputed_in_backward(graphs):
+    """Names of the operations both graphs run: the partitioner copies both out of one joint
+    graph with the names kept, so an operation in both is run again in the backward."""
+    fw = {n.name for n in graphs["fw"].graph.nodes if n.op == "call_function"}
+    return {n.name for n in graphs["bw"].graph.nodes
+            if n.op == "call_function" and n.name in fw}
+
+
+def compile_with(model, partition):
+    torch._dynamo.reset()
+    backend, graphs = capture(partition)
+    return torch.compile(model, backend=backend), graphs
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backward_graph_recomputes_what_the_plan_drops_and_gradients_are_bitwise():
+    model, x = blocks(), torch.randn(8, 32, 64)
+    eager = run(model, model, x)
+    part = compiled.PlannedPartition()
+    fn, graphs = compile_with(model, part)
+    got = run(model, fn, x)
+    assert same(got, eager)   # dropout's masks drawn once, nothing redrawn
+    (record,) = part.plans
+    dropped = lowerset.scheduling.dropped_nodes(record.plan)
+    assert dropped.any()
+    again = recomputed_in_backward(graphs)
+    # every recomputation is one the plan asked for, and each dropped operation whose value
+    # the backward needs is run again there
+    assert again and again <= set(record.recomputed)
+    owners = {record.graph.labels[v] for v in range(record.graph.n) if dropped[v]}
+    read = {record.graph.labels[v] for v in range(record.graph.n)
+            if record.graph.facts.nodes[v].reads_outputs}
+    assert owners & read <= again
+    assert "native_dropout" not in {n.split("_")[0] for n in again}
+
+
+def test_random_operations_are_pinned_and_never_recomputed():
+    model, x = blocks(p=0.5, n=2), torch.randn(4, 16, 64)
+    part = compiled.PlannedPartition()
+    fn, graphs = compile_with(model, part)
+    run(model, fn, x)
+    (record,) = part.plans
+    g = record.graph
+    randoms = [v for v in range(g.n) if "dropout" in g.attrs[g.labels[v]]["op"]]
+    assert randoms and all(g.facts.nodes[v].pinned for v in randoms)
+    assert not any(g.labels[v] in recomputed_in_backward(graphs) for v in randoms)
+
+
+def test_batchnorm_buffers_and_gradients_equal_the_eager_step():
+    model, x = cnn(), torch.randn(4, 3, 16, 16)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    eager = run(model, model, x)
+    model.load_state_dict(state)
+    part = compiled.PlannedPartition()
+    fn, graphs = compile_with(model, part)
+    got = run(model, fn, x)
+    assert same(got, eager)   # running statistics updated once, as in the eager step
+    (record,) = part.plans
+    g = record.graph
+    writes = [v for v in range(g.n) if "copy_" in g.attrs[g.labels[v]]["op"]]
+    assert all(g.facts.nodes[v].pinned for v in writes)
+    assert recomputed_in_backward(graphs)
+
+
+def test_measured_peak_follows_the_prediction_and_a_budget_is_met():
+    model, x = blocks(), torch.randn(16, 64, 64)
+    resident = sum(p.numel() * p.element_size() for p in model.parameters()) \
+        + x.numel() * x.element_size()
+    torch._dynamo.reset()
+    plain = run(model, torch.compile(model, backend="aot_eager"), x, meter=True)[3] + resident
+    least_part = compiled.PlannedPartition()
+    fn, _ = compile_with(model, least_part)
+    least = run(model, fn, x, meter=True)[3] + resident
+    predicted = least_part.plans[0].plan.schedule.peak
+    assert least < 0.6 * plain
+    assert abs(least - predicted) <= 0.15 * predicted
+    plain_predicted = lowerset.schedule(least_part.plans[0].graph).peak
+    budget = (predicted + plain_predicted) // 2
+    part = compiled.PlannedPartition(budget)
+    fn, graphs = compile_with(model, part)
+    mid = run(model, fn, x, meter=True)[3] + resident
+    plan = part.plans[0].plan
+    assert plan.schedule.peak <= budget
+    assert least < mid <= budget
+    # a looser budget recomputes less than the least peak's plan
+    assert plan.schedule.recompute_cost < least_part.plans[0].plan.schedule.recompute_cost
+
+
+def test_a_budget_below_the_least_peak_is_refused_naming_it():
+    model, x = blocks(n=2), torch.randn(4, 16, 64)
+    fn, _ = compile_with(model, compiled.PlannedPartition(1000))
+    with pytest.raises(Exception) as info:
+        run(model, fn, x)
+    chain, e = [], info.value
+    while e is not None:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    refused = [e for e in chain if isinstance(e, lowerset.InfeasibleBudgetError)]
+    assert refused and "1000 bytes" in str(refused[0])
+
+
+def test_joint_graph_as_a_lowerset_graph_by_hand():
+    """f(x) = tanh(x @ W^T) summed, x an input (8 x 16), W a parameter (32 x 16): the forward
+    has the product (the weight's transpose is a view of a parameter, no node), tanh and the
+    sum; bytes and edges by hand."""
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 32, bias=False)
+    x = torch.randn(8, 16)
+    seen = {}
+
+    def partition(joint, joint_inputs, **kwargs):
+        seen["graph"], seen["members"] = compiled.joint_to_graph(
+            joint, kwargs["num_fwd_outputs"], kwargs.get("static_lifetime_input_indices"))
+        return compiled._APIS["default_partition"](joint, joint_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    backend, _ = capture(partition)
+    fn = torch.compile(lambda t: torch.tanh(lin(t)).sum(), backend=backend)
+    fn(x).backward()
+    g = seen["graph"]
+    ops = [g.attrs[v]["op"] for v in g.labels]
+    assert ops == ["aten.mm.default", "aten.tanh.default", "aten.sum.default"]
+    assert [int(m) for m in g.memory] == [8 * 32 * 4, 8 * 32 * 4, 4]
+    mm, tanh, total = g.labels
+    assert set(g.edges) == {(mm, tanh), (tanh, total)}
+    facts = g.facts
+    assert sorted(kind for kind, _ in facts.externals) == ["input", "param"]
+    assert facts.resident == 8 * 16 * 4 + 32 * 16 * 4
+    # tanh's backward reads its output; the product's reads the input (an external)
+    assert facts.nodes[1].reads_outputs == (0,)
+    assert facts.returned == ((2, 0),)
+    assert {m.name for m in seen["members"][0]} >= {mm}
+
+
+def test_inductor_backend_plans_and_matches_the_compiled_step():
+    model, x = blocks(p=0.0, n=2, d=32), torch.randn(4, 16, 32)
+    torch._dynamo.reset()
+    ref = run(model, torch.compile(model), x)
+    torch._dynamo.reset()
+    backend = compiled.backend(compiler="inductor")
+    got = run(model, torch.compile(model, backend=backend), x)
+    (record,) = backend.partition.plans
+    assert record.recomputed
+    assert torch.allclose(got[0], ref[0], rtol=1e-5, atol=1e-6)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(got[1], ref[1]))
+
+
+def test_unknown_compiler_is_refused():
+    with pytest.raises(lowerset.ArgumentError, match="unknown compiler 'eager'"):
+        compiled.backend(compiler="eager")
+
+
+def test_symbolic_shapes_are_refused_with_the_remedy():
+    model, x = blocks(n=1, d=16), torch.randn(2, 8, 16)
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=compiled.backend(compiler="aot_eager"), dynamic=True)
+    with pytest.raises(Exception) as info:
+        fn(x).sum().backward()
+    assert "dynamic=False" in str(info.value)
