@@ -431,8 +431,11 @@ class CompiledSettings:
     only (the global configuration stays as it is, so no guard changes).
 
     A setting ``(OURS_COMPILED, B)`` partitions the joint graph by
-    ``torch_ext.compiled.PlannedPartition(B)`` instead (None: our least peak); where B is below
-    the compiled graph's least peak it is left out (:attr:`infeasible`).
+    ``torch_ext.compiled.PlannedPartition(B, outside=...)`` instead (None: our least peak);
+    where B is below the compiled graph's least peak it is left out (:attr:`infeasible`).
+    `outside` is what the step holds besides the compiled graph (the loss's targets): the
+    trace's `resident` bytes less the compiled graph's, read off the plan at our least peak,
+    whose setting must come first among ours.
 
     Attributes
     ----------
@@ -455,8 +458,10 @@ class CompiledSettings:
         Setting -> seconds AOTAutograd took.
     """
 
-    def __init__(self, settings):
+    def __init__(self, settings, resident=0):
         self.settings = list(settings)
+        self.resident = resident
+        self.outside = 0
         self.current = self.settings[0]
         self.flops = {s: dict.fromkeys(("forward", "backward", "recomputed",
                                         "recomputed_formula"), 0) for s in self.settings}
@@ -518,7 +523,7 @@ class CompiledSettings:
         import torch._functorch.config as functorch_config
         from torch._dynamo.backends.common import aot_autograd
 
-        part = torch_ext.compiled.PlannedPartition(s[1])
+        part = torch_ext.compiled.PlannedPartition(s[1], outside=self.outside)
         try:
             with functorch_config.patch(force_non_lazy_backward_lowering=True,
                                         enable_autograd_cache=False):
@@ -531,6 +536,8 @@ class CompiledSettings:
             return None
         finally:
             self.plans[s] += part.plans
+            if s[1] is None and part.plans:
+                self.outside = max(0, self.resident - part.plans[0].plan.schedule.resident)
 
     def same_as(self):
         """Setting -> the first setting with the same forward and backward graphs."""
@@ -744,7 +751,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     if not ilp:
         not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
     ours_compiled = [(OURS_COMPILED, b) for b in [None] + budgets]
-    switch = CompiledSettings(settings + ours_compiled)
+    switch = CompiledSettings(settings + ours_compiled, resident)
     compiled = torch.compile(case.model, backend=switch.backend)
     case.reset()
     t = time.perf_counter()
@@ -766,7 +773,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
         cfg = Config("lowerset_compiled", s[1], _compiled_run(case, compiled, switch, s),
                      counts="graphs",
                      extra={"compile_s": switch.compile_seconds[s],
-                            "predicted": sum(p.plan.schedule.peak for p in switch.plans[s]),
+                            "predicted": switch.outside + sum(p.plan.schedule.peak
+                                                              for p in switch.plans[s]),
                             "planned_flops": sum(p.plan.schedule.recompute_cost
                                                  for p in switch.plans[s]),
                             "recomputed_ops": sum(len(p.recomputed) for p in switch.plans[s])})

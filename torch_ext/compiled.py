@@ -23,9 +23,12 @@ statistics) are pinned: never recomputed, so a step's gradients are those of the
 without a plan, bit for bit under ``aot_eager``. :func:`backend` wraps the partition function into
 a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
 
-The schedule is that of the joint graph's operations run one at a time (``aot_eager``), each
-backward reading what it reads in the joint graph; under ``inductor`` fused kernels allocate fewer
-intermediate tensors, so the measured peak is below the prediction.
+The schedule is that of the joint graph's operations run one at a time (``aot_eager``), the
+backward in the reverse order of the forward, each node's backward reading what the joint
+graph's backward part reads of its arguments and outputs. It leaves out each operation's
+workspace, which a joint graph does not state; ``examples/bench_torch.py`` gives the measured
+peak against the prediction per network. Under ``inductor``, fused kernels allocate fewer
+intermediate tensors than the schedule counts.
 
 References
 ----------
@@ -198,6 +201,17 @@ def _returned(joint, where, num_fwd_outputs):
                    if isinstance(v, torch.fx.Node) and v in where and where[v][0] != "e"})
 
 
+def _graded_inputs(joint, num_fwd_outputs):
+    """The placeholders the joint graph returns a gradient for (after the forward outputs,
+    one entry per primal input, None where it has none): parameters, and inputs that require
+    a gradient."""
+    out = next(n for n in joint.graph.nodes if n.op == "output")
+    grads = _compat.tree_flatten(out.args)[0][num_fwd_outputs:]
+    primals = [n for n in joint.graph.nodes
+               if n.op == "placeholder" and n.meta.get("partitioner_tag") == "is_forward"]
+    return {p for p, g in zip(primals, grads) if g is not None}
+
+
 def _last_forward_use(groups):
     """Per (group, k): the forward position of its last reader (its own where none reads it)."""
     last = {(g, k): g for g, grp in enumerate(groups) for k in range(len(grp.out_bytes))}
@@ -221,8 +235,7 @@ def _node_facts(g, grp, read, returned, last, gets_grad):
         plain_free_after=tuple(-1 if r else last[(g, k)] for k, r in enumerate(kept)))
 
 
-def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
-                   static_lifetime_input_indices: list[int] | None = None
+def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
                    ) -> tuple[lowerset.Graph, list[list[torch.fx.Node]]]:
     """The forward part of an AOTAutograd joint graph as a :class:`lowerset.Graph` with facts.
 
@@ -232,15 +245,14 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
         The joint forward and backward graph a partition function receives.
     num_fwd_outputs : int
         How many of its outputs the forward graph returns.
-    static_lifetime_input_indices : list of int, optional
-        Positions of the placeholders that are parameters (AOTAutograd passes them to the
-        partition function); they get gradients that persist. Other placeholders are inputs.
 
     Returns
     -------
     graph : lowerset.Graph
         Node ``i`` is labelled with the FX name of the i-th forward operation that owns its
         memory; T_v in FLOPs scaled to ``torch_ext.trace``'s units (cost units), M_v in bytes.
+        A placeholder the joint graph returns a gradient for is an external of kind "param"
+        (resident, its gradient made in the step), any other an "input".
     members : list of list of torch.fx.Node
         Per node id, the FX nodes it stands for (the operation, its items and views).
 
@@ -257,10 +269,9 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
     read = _backward_reads(joint, where)
     returned = _returned(joint, where, num_fwd_outputs)
     last = _last_forward_use(groups)
-    static = set(static_lifetime_input_indices or ())
-    placeholders = [n for n in joint.graph.nodes if n.op == "placeholder"]
-    kinds = tuple(("param" if placeholders.index(p) in static else "input",
-                   _bytes(p.meta["val"])) for p in externals)
+    graded = _graded_inputs(joint, num_fwd_outputs)
+    kinds = tuple(("param" if p in graded else "input", _bytes(p.meta["val"]))
+                  for p in externals)
 
     def gets_grad(a):   # parameters and floating-point values get a gradient; inputs do not
         if a[0] == "e":
@@ -300,9 +311,13 @@ class PlannedPartition:
     Parameters
     ----------
     budget : int, optional
-        Bytes: the peak the plan's schedule of one compiled graph may reach, parameters, their
-        gradients and inputs included (:func:`lowerset.solve`). None (default): the least peak
-        (:func:`lowerset.min_peak`).
+        Bytes: the device memory of the whole step (:func:`lowerset.solve`): the schedule of
+        one compiled graph, its parameters, their gradients and its inputs included, plus
+        `outside`. None (default): the least peak (:func:`lowerset.min_peak`).
+    outside : int
+        Bytes the step holds besides the compiled graph's own while it runs (the loss's
+        targets, a model that is not compiled); the plan's schedule may reach
+        ``budget - outside``. Default 0.
     method : str
         The planner's method (``"auto"``, ``"exact"``, ...).
     time_limit : float, "default" or None
@@ -320,9 +335,10 @@ class PlannedPartition:
         plan of a graph fits `budget`.
     """
 
-    def __init__(self, budget: int | None = None, *, method: str = "auto",
+    def __init__(self, budget: int | None = None, *, outside: int = 0, method: str = "auto",
                  time_limit: float | str | None = lowerset.planner.DEFAULT) -> None:
-        self.budget, self.method, self.time_limit = budget, method, time_limit
+        self.budget, self.outside, self.method = budget, outside, method
+        self.time_limit = time_limit
         self.plans: list[CompiledPlan] = []
 
     def plan(self, graph: lowerset.Graph) -> lowerset.CanonicalStrategy:
@@ -330,7 +346,7 @@ class PlannedPartition:
         if self.budget is None:
             return lowerset.min_peak(graph, self.method, time_limit=self.time_limit,
                                      progress=False)
-        return lowerset.solve(graph, self.budget, method=self.method,
+        return lowerset.solve(graph, self.budget - self.outside, method=self.method,
                               time_limit=self.time_limit, progress=False)
 
     def __call__(self, joint: torch.fx.GraphModule, joint_inputs: Any, *,
@@ -356,8 +372,7 @@ class PlannedPartition:
             The forward and the backward graph.
         """
         kwargs.pop("compiler", None)   # inductor names itself; the default partitioner takes none
-        graph, members = joint_to_graph(joint, num_fwd_outputs,
-                                        kwargs.get("static_lifetime_input_indices"))
+        graph, members = joint_to_graph(joint, num_fwd_outputs)
         plan = self.plan(graph)
         dropped = lowerset.scheduling.dropped_nodes(plan)
         policy = torch.utils.checkpoint.CheckpointPolicy
@@ -372,7 +387,8 @@ class PlannedPartition:
                                           **kwargs)
 
 
-def backend(budget: int | None = None, *, compiler: str = "inductor", method: str = "auto",
+def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "inductor",
+            method: str = "auto",
             time_limit: float | str | None = lowerset.planner.DEFAULT) -> Any:
     """A ``torch.compile`` backend whose partition saves what a lowerset plan keeps.
 
@@ -383,7 +399,10 @@ def backend(budget: int | None = None, *, compiler: str = "inductor", method: st
     Parameters
     ----------
     budget : int, optional
-        Bytes per compiled graph (see :class:`PlannedPartition`); None: the least peak.
+        Bytes of the whole step, per compiled graph (see :class:`PlannedPartition`); None: the
+        least peak.
+    outside : int
+        Bytes the step holds besides the compiled graph's (see :class:`PlannedPartition`).
     compiler : {"inductor", "aot_eager"}
         What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
         schedule's model).
@@ -403,7 +422,7 @@ def backend(budget: int | None = None, *, compiler: str = "inductor", method: st
     if compiler not in COMPILERS:
         raise lowerset.ArgumentError(f"unknown compiler {compiler!r}; expected one of "
                                      f"{COMPILERS}")
-    partition = PlannedPartition(budget, method=method, time_limit=time_limit)
+    partition = PlannedPartition(budget, outside=outside, method=method, time_limit=time_limit)
     if compiler == "aot_eager":
         compile_fn = _APIS["aot_autograd"](fw_compiler=_APIS["boxed_nop"],
                                            bw_compiler=_APIS["boxed_nop"],
@@ -441,8 +460,9 @@ class _InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, nam
 
     def __reduce__(self):
         p = self.partition
-        return (_inductor_partition, (p.budget, p.method, p.time_limit))
+        return (_inductor_partition, (p.budget, p.outside, p.method, p.time_limit))
 
 
-def _inductor_partition(budget, method, time_limit):
-    return _InductorPartition(PlannedPartition(budget, method=method, time_limit=time_limit))
+def _inductor_partition(budget, outside, method, time_limit):
+    return _InductorPartition(PlannedPartition(budget, outside=outside, method=method,
+                                               time_limit=time_limit))

@@ -112,6 +112,49 @@ def test_compiled_recomputation_is_counted_in_the_graphs(mlp):
     torch._dynamo.reset()
 
 
+def test_our_compiled_setting_is_counted_and_an_infeasible_budget_left_out(mlp):
+    torch._dynamo.reset()
+    least, low = (bt.OURS_COMPILED, None), (bt.OURS_COMPILED, 1000)
+    switch = bt.CompiledSettings([("dp", 1.0), least, low])
+    compiled = torch.compile(mlp.model, backend=switch.backend)
+    mlp.reset()
+    mlp.step(compiled)
+    assert switch.infeasible == {low}
+    assert len(switch.plans[least]) == 1
+    plain, _ = _measured(mlp, bt.Config("plain", None, mlp.step))
+    f = switch.flops[least]
+    assert f["recomputed_formula"] > 0
+    assert f["forward"] + f["backward"] - plain["step_formula_flops"] == f["recomputed_formula"]
+    torch._dynamo.reset()
+
+
+def _row(method, setting, peak, flops, time_ratio, **extra):
+    return dict(method=method, setting=setting, peak=peak, recomputed_flops=flops,
+                recomputed_formula=flops, time_ratio=time_ratio, bitwise=True, **extra)
+
+
+def _result(ours_compiled_flops, ours_compiled_time):
+    rows = [_row("plain", None, 200, 0, 1.0),
+            _row("lowerset", 150, 150, 5, 1.3, fits=True, error=0.0),
+            _row("compile_dp", 0.5, 140, 4, 1.1),
+            _row("lowerset_compiled", 150, 145, ours_compiled_flops, ours_compiled_time,
+                 fits=True)]
+    result = {"rows": rows, "budgets": [150]}
+    bt.derive(result)
+    return result
+
+
+def test_targets_compare_ours_compiled_with_compiles_budget_at_each_budget():
+    met = _result(ours_compiled_flops=3, ours_compiled_time=1.12)["targets"]
+    assert met["compiled"]["met"] and met["time"]["misses"] == []
+    # eager ours recomputes more than compile_dp at 150 and takes longer
+    assert not met["budgets"]["met"]
+    flops = _result(ours_compiled_flops=5, ours_compiled_time=1.0)["targets"]
+    assert not flops["compiled"]["met"]
+    slow = _result(ours_compiled_flops=3, ours_compiled_time=1.2)["targets"]
+    assert any("ours compiled 1.20x, compile_dp 1.10x" in m for m in slow["time"]["misses"])
+
+
 def _hf_cell(peak, predicted=None, bitwise=True):
     cell = {"peak": peak, "recomputed_flops": 2e6, "recomputed_formula": 1e6, "time_ratio": 1.5}
     if predicted is not None:

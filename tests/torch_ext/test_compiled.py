@@ -195,8 +195,8 @@ def test_joint_graph_as_a_lowerset_graph_by_hand():
     seen = {}
 
     def partition(joint, joint_inputs, **kwargs):
-        seen["graph"], seen["members"] = compiled.joint_to_graph(
-            joint, kwargs["num_fwd_outputs"], kwargs.get("static_lifetime_input_indices"))
+        seen["graph"], seen["members"] = compiled.joint_to_graph(joint,
+                                                                 kwargs["num_fwd_outputs"])
         return compiled._APIS["default_partition"](joint, joint_inputs, **kwargs)
 
     torch._dynamo.reset()
