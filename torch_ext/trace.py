@@ -24,6 +24,7 @@ not float free in G (each one would double the lower sets).
 - ``torch.utils.flop_counter``'s formulas (``FlopCounterMode``'s) give the FLOPs.
 """
 
+import functools
 import time
 import weakref
 from collections.abc import Callable
@@ -86,9 +87,10 @@ class _Op:
 class _Recorder(TorchDispatchMode):
     """The dispatch mode and saved-tensor hooks of one trace (see the module docstring)."""
 
-    def __init__(self, meter, repeats, debug=False):
+    def __init__(self, meter, repeats, debug=False, sync=None):
         super().__init__()
         self.meter, self.repeats, self.debug = meter, repeats, debug
+        self.sync = sync or _no_sync   # CUDA: the kernels a timed call launched have run
         self.ops, self.n_nodes = [], 0
         self.externals, self.ext_storages, self.ext_readers = [], {}, {}
         self.external_bases = []                 # the external each one is a view of, or -1
@@ -144,13 +146,15 @@ class _Recorder(TorchDispatchMode):
 
     def _run(self, op, func, args, kwargs, i):
         marks = _ops.generator_marks()
+        self.sync()
         start = time.perf_counter()
         with self.meter.window(f"f{i}"):
             out = func(*args, **kwargs)
+            self.sync()
         op.time = time.perf_counter() - start
         op.random = op.random or _ops.drew_random(marks, _ops.generator_marks())
         if self.repeats > 1 and not (op.random or op.writes):
-            op.time = _median_time(func, args, kwargs, self.repeats - 1, op.time)
+            op.time = _median_time(func, args, kwargs, self.repeats - 1, op.time, self.sync)
         return out
 
     def _record_input(self, op, t):
@@ -455,11 +459,18 @@ def _pin_hidden_writes(op, written):
                             f"output of node {through[0]}")
 
 
-def _median_time(func, args, kwargs, extra, first):
+def _no_sync():
+    pass
+
+
+def _median_time(func, args, kwargs, extra, first, sync):
+    """Median seconds of `first` and `extra` more calls, each ended by `sync` (the device's
+    synchronize: a CUDA call returns when its kernels are queued, not run)."""
     times = [first]
     for _ in range(extra):
         start = time.perf_counter()
         func(*args, **kwargs)
+        sync()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 
@@ -485,7 +496,8 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
         ``FlopCounterMode`` counts them; an operation without one counts one per output
         element) in units of :attr:`TracedGraph.flop_unit`, at least 1. "profile": the median
         time of `repeats` runs in units of `time_unit` seconds (an operation that writes in
-        place or draws random numbers is timed once).
+        place or draws random numbers is timed once), each from the call to the end of its
+        kernels (on CUDA the device is synchronized before and after).
     repeats : int
         Runs per operation for "profile".
     time_unit : float
@@ -555,7 +567,10 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
     device = step_device(step, model)
     rng = _RandomState.save()
     meter: MemoryMeter | _NoMeter = MemoryMeter(device) if measure_memory else _NoMeter()
-    rec = _Recorder(meter, repeats if cost_model == "profile" else 1, bool(debug))
+    profile = cost_model == "profile"
+    sync = functools.partial(torch.cuda.synchronize, device) \
+        if profile and device.type == "cuda" else None
+    rec = _Recorder(meter, repeats if profile else 1, bool(debug), sync)
     modes = step_modes(model, device)
     saved_grads = {}
     try:

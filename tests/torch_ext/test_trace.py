@@ -171,6 +171,16 @@ def test_profiled_costs():
     assert all(int(c) >= 1 for c in g.cost)
 
 
+def test_profiled_time_waits_for_the_device_after_each_call():
+    """On CUDA a call returns once its kernels are queued: each timed run ends with the
+    device's synchronize (here a recording stand-in), so the time is the kernels'."""
+    from torch_ext.trace import _median_time
+
+    calls = []
+    _median_time(lambda: calls.append("call"), (), {}, 2, 0.0, lambda: calls.append("sync"))
+    assert calls == ["call", "sync", "call", "sync"]
+
+
 def test_graph_json_plans_from_the_command_line(tmp_path):
     torch.manual_seed(0)
     m, x = Views(), torch.randn(2, 3, 5, 5)
