@@ -342,7 +342,17 @@ class PlannedPartition:
         self.plans: list[CompiledPlan] = []
 
     def plan(self, graph: lowerset.Graph) -> lowerset.CanonicalStrategy:
-        """The plan of one graph at this partition's budget."""
+        """The plan of one graph at this partition's budget.
+
+        Parameters
+        ----------
+        graph : lowerset.Graph
+            A graph of :func:`joint_to_graph`.
+
+        Returns
+        -------
+        lowerset.CanonicalStrategy
+        """
         if self.budget is None:
             return lowerset.min_peak(graph, self.method, time_limit=self.time_limit,
                                      progress=False)
