@@ -9,7 +9,7 @@ and whether it draws random numbers.
 
 import torch
 
-from ._compat import op_packet, op_schema, tree_flatten, tree_unflatten
+from ._compat import flop_registry, op_packet, op_schema, tree_flatten, tree_unflatten
 
 #: Bytes a CUDA caching-allocator block is rounded up to (``torch.cuda.memory_allocated``
 #: counts blocks).
@@ -226,3 +226,16 @@ def _name(x):
     if name is None:
         name = _NAMES[x] = str(x).replace("torch.", "")
     return name
+
+
+def call_flops(func, args, kwargs, out, outs, views):
+    """FLOPs of one call: ``torch.utils.flop_counter``'s formula (on real or fake tensors),
+    else one per element of the outputs that own their memory (`views[k] < 0`): T_v of the
+    "flops" cost model, in the trace and in :mod:`torch_ext.compiled`."""
+    formula = flop_registry.get(op_packet(func))
+    if formula is not None:
+        try:
+            return int(formula(*args, **kwargs, out_val=out))
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            pass
+    return sum(o.numel() for o, p in zip(outs, views) if p < 0)

@@ -44,7 +44,7 @@ import torch
 
 import lowerset
 
-from . import _compat
+from . import _compat, _ops
 from ._build import flop_costs
 from ._graph import TARGET_TOTAL_COST
 
@@ -110,20 +110,15 @@ def _bytes(val):
 
 
 def _flops(node):
-    """FLOPs of one FX call by ``torch.utils.flop_counter``'s formula (on the fake tensors in
-    ``node.meta["val"]``), else one per output element."""
+    """FLOPs of one FX call (:func:`torch_ext._ops.call_flops` on the fake tensors in
+    ``node.meta["val"]``; every output owns its memory: views are no nodes)."""
     vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
     kwargs = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v
               for k, v in node.kwargs.items()}
-    formula = _compat.flop_registry.get(_compat.op_packet(node.target))
-    if formula is not None:
-        try:
-            return int(formula(*vals, **kwargs, out_val=node.meta.get("val")))
-        except (TypeError, ValueError, RuntimeError, AttributeError):
-            pass
     val = node.meta.get("val")
-    outs = val if isinstance(val, (tuple, list)) else [val]
-    return sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+    outs = [o for o in (val if isinstance(val, (tuple, list)) else [val])
+            if isinstance(o, torch.Tensor)]
+    return _ops.call_flops(node.target, vals, kwargs, val, outs, [-1] * len(outs))
 
 
 def _forward_nodes(joint):

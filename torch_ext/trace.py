@@ -40,9 +40,7 @@ from ._compat import (
     TorchDispatchMode,
     WeakIdKeyDictionary,
     current_autograd_node,
-    flop_registry,
     is_view,
-    op_packet,
 )
 from ._diagnose import check_wrapper, step_modes, user_frame
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
@@ -134,7 +132,7 @@ class _Recorder(TorchDispatchMode):
         self._note_external_writes(op, i, tensors)
         if op.node is not None:
             self._note_node_writes(op, tensors)
-            op.flops = _flops(func, args, kwargs, out, outs, op.views)
+            op.flops = _ops.call_flops(func, args, kwargs, out, outs, op.views)
             if _writes_into_a_view(op, tensors):
                 # autograd rewrites the base's history (CopySlices): the backward of this call
                 # is not an autograd node of its own; its saved tensors are kept for the step
@@ -435,18 +433,6 @@ def _raw(t):
 
 def _same_bytes(copy, t):
     return copy.shape == t.shape and copy.dtype == t.dtype and torch.equal(_raw(copy), _raw(t))
-
-
-def _flops(func, args, kwargs, out, outs, views):
-    """FLOPs of one call: ``torch.utils.flop_counter``'s formula, else one per element of the
-    outputs that own their memory."""
-    formula = flop_registry.get(op_packet(func))
-    if formula is not None:
-        try:
-            return int(formula(*args, **kwargs, out_val=out))
-        except (TypeError, ValueError, RuntimeError, AttributeError):
-            pass
-    return sum(o.numel() for o, p in zip(outs, views) if p < 0)
 
 
 def _pin_hidden_writes(op, written):
