@@ -188,23 +188,25 @@ def _backward_reads(joint, where):
     return read
 
 
-def _returned(joint, where, num_fwd_outputs):
-    """The (group, k) values the forward graph returns (its first `num_fwd_outputs` outputs)."""
+def _joint_outputs(joint):
+    """The joint graph's outputs, flat: the forward outputs, then one gradient per primal
+    input (None where it has none)."""
     out = next(n for n in joint.graph.nodes if n.op == "output")
-    values = _compat.tree_flatten(out.args)[0][:num_fwd_outputs]
-    return sorted({where[v] for v in values
+    return _compat.tree_flatten(out.args)[0]
+
+
+def _returned(outputs, where, num_fwd_outputs):
+    """The (group, k) values the forward graph returns (its first `num_fwd_outputs` outputs)."""
+    return sorted({where[v] for v in outputs[:num_fwd_outputs]
                    if isinstance(v, torch.fx.Node) and v in where and where[v][0] != "e"})
 
 
-def _graded_inputs(joint, num_fwd_outputs):
-    """The placeholders the joint graph returns a gradient for (after the forward outputs,
-    one entry per primal input, None where it has none): parameters, and inputs that require
-    a gradient."""
-    out = next(n for n in joint.graph.nodes if n.op == "output")
-    grads = _compat.tree_flatten(out.args)[0][num_fwd_outputs:]
+def _graded_inputs(joint, outputs, num_fwd_outputs):
+    """The placeholders the joint graph returns a gradient for: parameters, and inputs that
+    require a gradient."""
     primals = [n for n in joint.graph.nodes
                if n.op == "placeholder" and n.meta.get("partitioner_tag") == "is_forward"]
-    return {p for p, g in zip(primals, grads) if g is not None}
+    return {p for p, g in zip(primals, outputs[num_fwd_outputs:]) if g is not None}
 
 
 def _last_forward_use(groups):
@@ -262,9 +264,10 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         raise lowerset.ArgumentError("the joint graph has no forward operation with a tensor "
                                      "output: nothing to plan")
     read = _backward_reads(joint, where)
-    returned = _returned(joint, where, num_fwd_outputs)
+    outputs = _joint_outputs(joint)
+    returned = _returned(outputs, where, num_fwd_outputs)
     last = _last_forward_use(groups)
-    graded = _graded_inputs(joint, num_fwd_outputs)
+    graded = _graded_inputs(joint, outputs, num_fwd_outputs)
     kinds = tuple(("param" if p in graded else "input", _bytes(p.meta["val"]))
                   for p in externals)
 
@@ -273,7 +276,8 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
             return kinds[a[1]][0] == "param"
         return torch.is_floating_point(_output_val(groups[a[0]], a[1]))
 
-    facts_nodes = [_node_facts(g, grp, read, set(returned), last, gets_grad)
+    kept = set(returned)
+    facts_nodes = [_node_facts(g, grp, read, kept, last, gets_grad)
                    for g, grp in enumerate(groups)]
     seeds = tuple(v for v in returned
                   if torch.is_floating_point(_output_val(groups[v[0]], v[1])))
