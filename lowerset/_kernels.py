@@ -630,8 +630,8 @@ def least_bounds(g, lam, budget, bnd_m, out):
 @njit(cache=True, nogil=True)
 def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, size,
               class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
-              chain, bfirst, bcum_t, bcum_m, fstart, fend, key_m, key_t, ft, fm, fpa, fpe, used,
-              scratch_m, scratch_a, scratch_e):
+              chain, bfirst, bcum_t, bcum_m, a_lo, pre, marks, fstart, fend, key_m, key_t, ft, fm,
+              fpa, fpe, used, hull, scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -687,6 +687,10 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         The family is a chain (each set a subset of the next): every smaller set is a subset,
         and the transitions use ``bfirst``, ``bcum_t``, ``bcum_m`` (:func:`chain_boundaries`;
         empty arrays otherwise).
+    a_lo, pre : ndarray of int64, shape (s,); marks : ndarray of int64, shape (k,)
+        The sets that may precede set ``b`` (:func:`_sources`, ``lowersets.windowed``):
+        ``a_lo[b] <= a < class_start[b]``, and the landmarks ``marks[:pre[b]]`` (zeros and no
+        marks: every smaller set).
     fstart, fend : ndarray of int64, shape (s,)
         Front of set ``b`` is entries ``fstart[b]:fend[b]`` of the entry arrays.
     key_m, key_t : ndarray of int64, shape (s,)
@@ -700,6 +704,12 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         Back-pointers: predecessor set index and its entry index (-1 for the root).
     used : int
         Number of entries in use.
+    hull : bool
+        Time-centric: keep of each front only the states on its lower convex hull in
+        (overhead, cached bytes), the states that minimise ``t + lam * m`` for some
+        ``lam >= 0``. The state of least cache stays, so every budget the full front reaches
+        is reached; a state off the hull is lost, so the optimum may rise (measured in
+        ``examples/bench_quality.py``). False: the exact fronts.
     scratch_m, scratch_a, scratch_e : ndarray of int64, shape (T(V) + 1,)
         Work arrays; scratch_m must be INF everywhere on entry and is left so.
 
@@ -730,7 +740,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
     while b < hi and work < work_budget:
         tmin = INF
         tmax = -1
-        work += class_start[b]
+        n_pre, a0, n_cand = _sources(b, class_start, a_lo, pre)
+        work += n_cand
         # eq. (2) needs 2 M(L_b ∖ L_a) + extra[b] on top of the cached bytes, whose least value
         # in a front is its last entry: a set a that fails this bound is skipped before the
         # subset test
@@ -740,7 +751,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         cap_b = tcap if maximize else tcap - lb[b]
         low_b = lb[b] if maximize else -1
         room_t = INF if maximize else cap_b - tot_t[b] + bnd_t[b]
-        for a in range(class_start[b]):
+        for j in range(n_cand):
+            a = marks[j] if j < n_pre else a0 + j - n_pre
             if key_m[a] > room:
                 continue
             if key_t[a] > room_t:
@@ -824,6 +836,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             t, t_end, step = tmin, tmax + 1, 1
         best = INF
         prune = not maximize and lam.shape[0] > 1
+        hull_b = hull and not maximize
         while t != t_end:
             m = scratch_m[t]
             if m < best:
@@ -833,6 +846,18 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
                     scratch_m[t] = INF
                     t += step
                     continue
+                if hull_b:
+                    # keep the lower convex hull of (t, m): drop the last entry while it lies
+                    # on or above the segment from the one before it to this state
+                    while used - fstart[b] >= 2:
+                        t1 = ft[used - 2]
+                        m1 = fm[used - 2]
+                        t2h = ft[used - 1]
+                        m2h = fm[used - 1]
+                        if (float(t2h - t1) * float(m - m1)
+                                - float(m2h - m1) * float(t - t1)) > 0.0:
+                            break
+                        used -= 1
                 ft[used] = t
                 fm[used] = m
                 fpa[used] = scratch_a[t]
@@ -849,6 +874,15 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             key_t[b] = (tmin if maximize else ft[fstart[b]]) - tot_t[b]
         b += 1
     return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
+
+
+@njit(cache=True, inline="always")
+def _sources(b, class_start, a_lo, pre):
+    """The candidate predecessors of set ``b`` in the DP's scan, in increasing order: the first
+    ``n_pre`` landmarks (``marks[:n_pre]``, all below ``a0``), then the sets ``a0 <= a <
+    class_start[b]``. Returns (n_pre, a0, n_cand), n_cand the count of both."""
+    a0 = min(a_lo[b], class_start[b])
+    return pre[b], a0, pre[b] + class_start[b] - a0
 
 
 @njit(cache=True, inline="always")
@@ -886,7 +920,7 @@ def _grow(arr, new_cap):
 @njit(cache=True)
 def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
                 bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t, bcum_m,
-                fstart, fend, key_m, fm, fp, fpa, fpe, used):
+                a_lo, pre, marks, fstart, fend, key_m, fm, fp, fpa, fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -899,7 +933,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     Parameters
     ----------
     lo, hi, work_budget, max_entries, sets, class_start, tot_t, ..., memory, chain, ...,
-    bcum_m : as in :func:`dp_fronts`.
+    bcum_m, a_lo, pre, marks : as in :func:`dp_fronts`.
     upper : int64
         Upper bound on the answer, in bytes.
     fstart, fend : ndarray of int64, shape (s,)
@@ -926,11 +960,13 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     b = lo
     while b < hi and work < work_budget:
         c = 0
-        work += class_start[b]
+        n_pre, a0, n_cand = _sources(b, class_start, a_lo, pre)
+        work += n_cand
         # a transition reaches at least m + need, whose least value in a front is at its first
         # entry (cached bytes increase along it): a set a above `upper` that way is skipped
         room = upper - 2 * tot_m[b] - extra[b]
-        for a in range(class_start[b]):
+        for j in range(n_cand):
+            a = marks[j] if j < n_pre else a0 + j - n_pre
             if key_m[a] > room:
                 continue
             if not chain and not _is_strict_subset(sets, a, b, n_words):

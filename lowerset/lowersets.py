@@ -48,10 +48,14 @@ DEFAULT_MAX_LOWER_SETS = 50_000
 #: ``class_start[i]`` is the index of the first set of the same size as set ``i``; ``chain``
 #: says whether each set is a subset of the next, and then ``bfirst``, ``bcum_t``, ``bcum_m``
 #: are those of :func:`lowerset._kernels.chain_boundaries` (else empty int64 arrays).
+#: ``a_lo``, ``pre``, ``marks`` restrict the DP's transitions (:func:`windowed`): set ``b``
+#: is reached from the sets ``a_lo[b] <= a < class_start[b]`` and from the first ``pre[b]``
+#: landmark indices ``marks``; :func:`family` leaves every transition in (zeros, no marks).
 Family = namedtuple(
     "Family",
     "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra chain bfirst bcum_t "
-    "bcum_m",
+    "bcum_m a_lo pre marks",
+    defaults=(None, None, None),
 )
 
 
@@ -640,7 +644,50 @@ def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
     size = stats[0]
     # first index of each size class (sizes are sorted)
     first = np.searchsorted(size, size, side="left").astype(np.int64)
-    return Family(sets, size, first, *stats[1:], *_chain(G, sets, stats[6], stats[7]))
+    s = sets.shape[0]
+    return Family(sets, size, first, *stats[1:], *_chain(G, sets, stats[6], stats[7]),
+                  np.zeros(s, dtype=np.int64), np.zeros(s, dtype=np.int64),
+                  np.zeros(0, dtype=np.int64))
+
+
+def landmarks(approx: Family, count: int) -> np.ndarray:
+    """The landmark lower sets of a graph whose pruned family (``family(G, "approx")``) is
+    `approx`: ∅, V and, in each of `count` runs of consecutive pruned sets by size, the one
+    with the least boundary bytes M(∂(L)) (a cheap place to cut). Bit rows, shape (k, W)."""
+    s = approx.sets.shape[0]
+    step = max(1, -(-(s - 2) // count))
+    rows = [0, s - 1]
+    for lo in range(1, s - 1, step):
+        hi = min(s - 1, lo + step)
+        rows.append(lo + int(np.argmin(approx.bnd_m[lo:hi])))
+    return approx.sets[np.unique(rows)]
+
+
+def windowed_family(fam: Family) -> bool:
+    """Whether the DP's transitions over `fam` are restricted (:func:`windowed`)."""
+    return fam.marks.shape[0] > 0
+
+
+def windowed(fam: Family, marks: np.ndarray, window: int) -> Family:
+    """`fam` with the DP's transitions L_a -> L_b restricted to those that add at most
+    `window` nodes (``|L_b| - |L_a| <= window``) or join two landmark sets `marks` (bit rows,
+    each a set of `fam`). Every landmark and window transition of a subfamily holding the
+    same landmarks is one of `fam`'s, so its feasible budgets are feasible here too."""
+    s = fam.sets.shape[0]
+    idx = []
+    for row in marks:
+        size = int(np.unpackbits(row.view(np.uint8)).sum())
+        lo, hi = np.searchsorted(fam.size, [size, size + 1])
+        hit = lo + np.flatnonzero(np.all(fam.sets[lo:hi] == row, axis=1))
+        if hit.shape[0] != 1:  # pragma: no cover - every family holds the pruned sets
+            raise LowersetError("internal error: a landmark lower set is not in the family")
+        idx.append(int(hit[0]))
+    idx = np.array(sorted(idx), dtype=np.int64)
+    is_mark = np.zeros(s, dtype=bool)
+    is_mark[idx] = True
+    a_lo = np.searchsorted(fam.size, fam.size - window, side="left").astype(np.int64)
+    pre = np.where(is_mark, np.searchsorted(idx, a_lo), 0).astype(np.int64)
+    return fam._replace(a_lo=a_lo, pre=pre, marks=idx)
 
 
 def _chain(G, sets, bptr, bidx):
