@@ -21,6 +21,10 @@ INF = np.iinfo(np.int64).max // 4
 STATUS_OK = 0
 STATUS_MEMORY = 1
 
+#: With ``hull``, :func:`dp_fronts` thins each time-centric front by :func:`thin_front` into
+#: this many runs of overhead.
+HULL_RUNS = 8
+
 
 @njit(cache=True, inline="always")
 def _has(bits, i):
@@ -705,11 +709,12 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
     used : int
         Number of entries in use.
     hull : bool
-        Time-centric: keep of each front only the states on its lower convex hull in
-        (overhead, cached bytes), the states that minimise ``t + lam * m`` for some
-        ``lam >= 0``. The state of least cache stays, so every budget the full front reaches
-        is reached; a state off the hull is lost, so the optimum may rise (measured in
-        ``examples/bench_quality.py``). False: the exact fronts.
+        Time-centric: thin each front by :func:`thin_front` (:data:`HULL_RUNS` runs): within
+        each run of overhead only the states on the lower convex hull of (overhead, cached
+        bytes), the states that minimise ``t + lam * m`` for some ``lam >= 0``. The state of
+        least cache stays, so every budget the full front reaches is reached; a state off the
+        hull is lost, so the optimum may rise (measured in ``examples/bench_quality.py``).
+        False: the exact fronts.
     scratch_m, scratch_a, scratch_e : ndarray of int64, shape (T(V) + 1,)
         Work arrays; scratch_m must be INF everywhere on entry and is left so.
 
@@ -836,7 +841,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             t, t_end, step = tmin, tmax + 1, 1
         best = INF
         prune = not maximize and lam.shape[0] > 1
-        hull_b = hull and not maximize
         while t != t_end:
             m = scratch_m[t]
             if m < best:
@@ -846,18 +850,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
                     scratch_m[t] = INF
                     t += step
                     continue
-                if hull_b:
-                    # keep the lower convex hull of (t, m): drop the last entry while it lies
-                    # on or above the segment from the one before it to this state
-                    while used - fstart[b] >= 2:
-                        t1 = ft[used - 2]
-                        m1 = fm[used - 2]
-                        t2h = ft[used - 1]
-                        m2h = fm[used - 1]
-                        if (float(t2h - t1) * float(m - m1)
-                                - float(m2h - m1) * float(t - t1)) > 0.0:
-                            break
-                        used -= 1
                 ft[used] = t
                 fm[used] = m
                 fpa[used] = scratch_a[t]
@@ -865,6 +857,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
                 used += 1
             scratch_m[t] = INF
             t += step
+        if hull and not maximize:
+            used = thin_front(ft, fm, fpa, fpe, fstart[b], used, HULL_RUNS)
         fend[b] = used
         if used == fstart[b]:
             key_m[b] = INF
@@ -874,6 +868,41 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             key_t[b] = (tmin if maximize else ft[fstart[b]]) - tot_t[b]
         b += 1
     return ft, fm, fpa, fpe, used, pairs, capped, b, work, STATUS_OK
+
+
+@njit(cache=True)
+def thin_front(ft, fm, fpa, fpe, start, end, runs):
+    """Thin the time-centric front in entries ``start:end`` (overhead ``ft`` increasing, cached
+    bytes ``fm`` decreasing) in place and return its new end: split its overhead span into
+    `runs` equal runs, keep the first entry of each run, and between two such entries only the
+    lower convex hull in (overhead, cached bytes), each entry kept strictly below the segment
+    joining its neighbours. The first and last entries (least overhead, least cache) stay. A
+    front that spans fewer than `runs` cost units is left whole. ``fpa``, ``fpe`` move with
+    their entries."""
+    if end - start < 3 or ft[end - 1] - ft[start] < runs:
+        return end
+    t0 = ft[start]
+    run = (ft[end - 1] - t0) // runs
+    w = start
+    for i in range(start, end):
+        t = ft[i]
+        m = fm[i]
+        while w - start >= 2:
+            t1 = ft[w - 2]
+            m1 = fm[w - 2]
+            t2 = ft[w - 1]
+            m2 = fm[w - 1]
+            if (t2 - t0) // run != (t1 - t0) // run:
+                break   # the first entry kept in its run stays
+            if float(t2 - t1) * float(m - m1) - float(m2 - m1) * float(t - t1) > 0.0:
+                break   # strictly below the segment from the entry before it to this one
+            w -= 1
+        ft[w] = t
+        fm[w] = m
+        fpa[w] = fpa[i]
+        fpe[w] = fpe[i]
+        w += 1
+    return w
 
 
 @njit(cache=True, inline="always")

@@ -1,6 +1,6 @@
 """The windowed DP of large graphs (``dp.WINDOWED_NODES``): transitions restricted to a window of
-nodes or between landmark lower sets (``lowersets.windowed``), time-centric fronts cut to their
-lower convex hull. Checked against the exhaustive search over the same transitions, by
+nodes or between landmark lower sets (``lowersets.windowed``), time-centric fronts thinned to the
+lower convex hull of each run of overhead (``_kernels.thin_front``). Checked against the exhaustive search over the same transitions, by
 definition, and by the work a pass does on a block graph of 2,500 nodes."""
 
 import sys
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import lowerset as ls
 from conftest import contracted_family_by_definition
-from lowerset import dp
+from lowerset import _kernels, dp
 from lowerset.bruteforce import all_sequences
 from strategies import dags, examples
 from test_dp import approx_family, check_strategy
@@ -77,20 +77,51 @@ def test_windowed_dp_equals_the_exhaustive_search_over_its_transitions(g, window
         assert t.overhead >= min(fits) and _allowed(t.lower_sets, marks, window)
 
 
-@settings(max_examples=examples(1), deadline=None)
-@given(dags(min_nodes=4, max_nodes=7, max_cost=9, max_memory=6), st.data())
-def test_time_front_of_a_windowed_family_is_convex(g, data):
-    """The time-centric front of V keeps only states on its lower convex hull in (overhead,
-    cached bytes): each is strictly below the segment joining its neighbours."""
-    with pytest.MonkeyPatch.context() as mp:
-        _windowed(mp, 2, 2)
-        B = data.draw(st.integers(ls.min_budget(g, "approx"), 2 * g.total_memory() + 1))
-        front = dp.time_front(g, B, "approx")
-        pts = [(s.overhead, sum(int(g.memory[g.index[v]]) for v in set().union(*s.cached)))
-               for s in front]
-        assert all(t1 < t2 and m1 > m2 for (t1, m1), (t2, m2) in zip(pts, pts[1:]))
-        for (t1, m1), (t2, m2), (t3, m3) in zip(pts, pts[1:], pts[2:]):
-            assert (t2 - t1) * (m3 - m1) - (m2 - m1) * (t3 - t1) > 0
+def _thinned_by_definition(pts, runs):
+    """The entries :func:`_kernels.thin_front` keeps, by definition: the first entry of each of
+    `runs` equal runs of the overhead span and, between two such entries (and from the last to
+    the end), the vertices of the lower convex hull (each strictly below every segment joining
+    an entry before it with one after it in the same piece)."""
+    span = pts[-1][0] - pts[0][0]
+    if len(pts) < 3 or span < runs:
+        return list(range(len(pts)))
+    run = span // runs
+    firsts = [i for i, (t, _) in enumerate(pts)
+              if i == 0 or (t - pts[0][0]) // run != (pts[i - 1][0] - pts[0][0]) // run]
+    keep = set(firsts) | {len(pts) - 1}
+    for lo, hi in zip(firsts, firsts[1:] + [len(pts) - 1]):
+        for j in range(lo + 1, hi):
+            (tj, mj) = pts[j]
+            if all((pts[k][0] - pts[i][0]) * (mj - pts[i][1])
+                   < (pts[k][1] - pts[i][1]) * (tj - pts[i][0])
+                   for i in range(lo, j) for k in range(j + 1, hi + 1)):
+                keep.add(j)
+    return sorted(keep)
+
+
+@settings(max_examples=examples(3), deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 60)), min_size=1, max_size=30),
+       st.integers(1, 8), st.integers(0, 3))
+def test_thin_front_keeps_the_hull_of_each_run(steps, runs, offset):
+    """A random front (overhead increasing, cached bytes decreasing) thinned in place, after
+    `offset` entries of another front, against the definition."""
+    t, m, pts = 0, sum(dm for _, dm in steps) + 1, []
+    for dt, dm in steps:
+        t, m = t + dt, m - dm
+        pts.append((t, m))
+    pad = [(-1, -1)] * offset
+    ft = np.array([p[0] for p in pad + pts], dtype=np.int64)
+    fm = np.array([p[1] for p in pad + pts], dtype=np.int64)
+    fpa = np.arange(len(ft), dtype=np.int64)
+    fpe = fpa + 1000
+    end = _kernels.thin_front(ft, fm, fpa, fpe, offset, len(ft), runs)
+    kept = _thinned_by_definition(pts, runs)
+    assert end - offset == len(kept)
+    assert list(fpa[offset:end]) == [offset + i for i in kept]
+    assert list(fpe[offset:end]) == [offset + i + 1000 for i in kept]
+    assert [(int(a), int(b)) for a, b in zip(ft[offset:end], fm[offset:end])] == [
+        pts[i] for i in kept]
+    assert list(ft[:offset]) == [-1] * offset
 
 
 def test_large_graphs_are_windowed_and_small_ones_are_not():
@@ -106,19 +137,20 @@ def test_large_graphs_are_windowed_and_small_ones_are_not():
 
 def test_windowing_cuts_the_work_of_a_pass():
     """A time-centric pass at the least budget with no overhead cap, and a memory-centric one,
-    on the resnet family at 2,511 nodes: the windowed pass reads at most a quarter of the front
-    entries and pairs of the full family's (a planted fault that leaves every transition in,
-    or the whole front, fails here)."""
+    on the resnet family at 2,511 nodes: the windowed pass does at most a third (time-centric)
+    or a quarter (memory-centric) of the work of the full family's, in pairs of sets and
+    front entries read (3.0 M against 10.1 M and 0.77 M against 3.6 M; with every transition
+    left in it is 5.9 M, with the whole fronts 7.3 M: a planted fault fails here)."""
     _, g = block_graphs.sized("resnet", 2500)
     deadline = ls._limits.NO_DEADLINE
     win = dp._get_family(g, "contracted", 50_000, deadline)
     full = ls.lowersets.family(g, "contracted")
     budget = ls.min_budget(g, "contracted")
     T = g.total_cost()
-    for maximize in (False, True):
+    for maximize, factor in ((False, 3), (True, 4)):
         works = [dp._run_front_dp(g, fam, budget, maximize, deadline, T)[-1]
                  for fam in (win, full)]
-        assert works[0] * 4 <= works[1], (maximize, works)
+        assert works[0] * factor <= works[1], (maximize, works)
     # the windowed plan's eq. (2) peak is the least one of its family, at most 1% above the
     # full family's
     assert budget <= 1.01 * ls.min_budget(g, "exact")
