@@ -4,7 +4,9 @@ three budgets with default arguments (``method="auto"``, its time limit) against
 the graphs where the exact search finishes within it: the traced LLaMA-style stack at 1-2
 layers and GPT-like stack at 6-12 (``examples/traced_graphs.py``, where PyTorch is
 installed), the block families of ``examples/block_graphs.py`` up to 1,000 nodes, and the
-authors' seven graphs (``../shared/graphs``, where present).
+authors' seven graphs (``../shared/graphs``, where present). ``--graphs resnet/250 ...``
+measures others: at 2,000 nodes or more the default's DP is windowed
+(``lowerset.dp.WINDOWED_NODES``), and the family column says so.
 
 Budgets: 0.9 x the plain step's peak, halfway between the exact least peak and the plain
 step, and the exact least peak + 10% of that gap. Per graph and call: each planner's peak
@@ -88,8 +90,10 @@ def bench(spec, exact_limit):
     """One row: both planners' calls on `spec`, each on a fresh graph."""
     g = graph(spec)
     plain = int(ls.schedule(g).peak)
-    row = {"graph": spec, "nodes": g.n, "plain": plain, "method": ls.dp.resolve_method(g, "auto"),
-           "calls": {}}
+    method = ls.dp.resolve_method(g, "auto")
+    if g.n >= ls.dp.WINDOWED_NODES:
+        method += ", windowed"
+    row = {"graph": spec, "nodes": g.n, "plain": plain, "method": method, "calls": {}}
     exact = _call(lambda: ls.min_peak(graph(spec), "exact", time_limit=exact_limit))
     auto = _call(lambda: ls.min_peak(graph(spec)))
     row["calls"]["min_peak"] = {"exact": _record(*exact), "auto": _record(*auto)}

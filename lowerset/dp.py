@@ -20,8 +20,15 @@ from ._typing import Number
 from ._validate import check_budget, check_choice, check_count, check_time_limit, requires_graph
 from .exceptions import ArgumentError, InfeasibleBudgetError, LowersetError, SearchLimitError
 from .graph import Graph
-from .lowersets import (DEFAULT_MAX_LOWER_SETS, _contracted_count, _count, family, landmarks,
-                        windowed, windowed_family)
+from .lowersets import (
+    DEFAULT_MAX_LOWER_SETS,
+    _contracted_count,
+    _count,
+    family,
+    landmarks,
+    windowed,
+    windowed_family,
+)
 from .strategy import CanonicalStrategy
 
 __all__ = ["min_budget", "resolve_method", "MODES", "METHODS", "AUTO"]
@@ -35,11 +42,13 @@ AUTO = "auto"
 _EXHAUSTIVE = ("exact", "contracted")
 #: On a graph of at least this many nodes, the DP over every family but "exact" is windowed
 #: (:func:`lowerset.lowersets.windowed`): a transition adds at most WINDOW_NODES nodes or joins
-#: two of LANDMARKS landmark lower sets, and a time-centric front keeps its lower convex hull
-#: (:func:`_kernels.dp_fronts`). Below it the families' DP is the paper's, unchanged. On the
-#: block families of ``examples/block_graphs.py`` at 5,000-10,000 nodes this cuts a DP pass's
-#: pairs of sets 2-15 times and its front entries per pair about 10 times; the distance to the
-#: exact search is measured in ``examples/bench_quality.py``.
+#: two of LANDMARKS landmark lower sets, and each time-centric front is thinned to the lower
+#: convex hull of each of its runs of overhead (:func:`_kernels.thin_front`). Below it the
+#: families' DP is the paper's, unchanged. Not in the paper: an approximation of this library,
+#: because both the pairs of sets and a time-centric front grow with a stack's depth (on the
+#: resnet family at 2,511 nodes a pass at the least budget does a third of the work
+#: time-centric, a fifth memory-centric; ``tests/test_windowed.py``). Its distance to the
+#: exact search: ``examples/bench_quality.py``.
 WINDOWED_NODES = 2_000
 WINDOW_NODES = 64
 LANDMARKS = 1_024
@@ -648,7 +657,10 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         pruned family and the prefixes of two topological orders
         (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "contracted": DP over the
         lower sets that keep each memoryless node with its input, and the pruned sets
-        (:func:`lowerset.contracted_lower_sets`). "auto": as :func:`resolve_method` says.
+        (:func:`lowerset.contracted_lower_sets`). "auto": as :func:`resolve_method` says. On
+        a graph of :data:`WINDOWED_NODES` nodes or more the DP over every family but "exact"
+        is windowed (:func:`lowerset.lowersets.windowed`), so only "exact" is then optimal
+        over its family.
     max_lower_sets : int
         For "exact" and "contracted": raise instead of searching more lower sets than this
         (>= 1). They are counted before any is stored; the default keeps one exact DP pass to

@@ -55,7 +55,6 @@ Family = namedtuple(
     "Family",
     "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra chain bfirst bcum_t "
     "bcum_m a_lo pre marks",
-    defaults=(None, None, None),
 )
 
 

@@ -1,7 +1,8 @@
-"""The windowed DP of large graphs (``dp.WINDOWED_NODES``): transitions restricted to a window of
-nodes or between landmark lower sets (``lowersets.windowed``), time-centric fronts thinned to the
-lower convex hull of each run of overhead (``_kernels.thin_front``). Checked against the exhaustive search over the same transitions, by
-definition, and by the work a pass does on a block graph of 2,500 nodes."""
+"""The windowed DP of large graphs (``dp.WINDOWED_NODES``): transitions restricted to a window
+of nodes or between landmark lower sets (``lowersets.windowed``), time-centric fronts thinned
+to the lower convex hull of each run of overhead (``_kernels.thin_front``). Checked against
+the exhaustive search over the same transitions, by definition, and by the work a pass does
+on a block graph of 2,500 nodes."""
 
 import sys
 from pathlib import Path

@@ -93,6 +93,10 @@ def _bench_executor(data):
 TABLES = {
     "bench_quality": ("bench_quality.json", _bench_quality,
                       "python examples/bench_quality.py"),
+    "bench_quality_windowed": ("bench_quality_windowed.json", _bench_quality,
+                               "python examples/bench_quality.py --graphs resnet/250 "
+                               "resnet/500 transformer/156 transformer/312 unet/227 unet/455 "
+                               "--out results/bench_quality_windowed"),
     "bench_scale": ("bench_scale.json", _bench_scale, "python examples/bench_scale.py"),
     "bench_scale_gpt": ("bench_scale_gpt.json", _bench_scale,
                         "python examples/bench_scale.py --families gpt llama "
