@@ -644,9 +644,9 @@ def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
     # first index of each size class (sizes are sorted)
     first = np.searchsorted(size, size, side="left").astype(np.int64)
     s = sets.shape[0]
-    return Family(sets, size, first, *stats[1:], *_chain(G, sets, stats[6], stats[7]),
-                  np.zeros(s, dtype=np.int64), np.zeros(s, dtype=np.int64),
-                  np.zeros(0, dtype=np.int64))
+    every = (np.zeros(s, dtype=np.int64), np.zeros(s, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return Family._make((sets, size, first, *stats[1:], *_chain(G, sets, stats[6], stats[7]),
+                         *every))
 
 
 def landmarks(approx: Family, count: int) -> np.ndarray:
@@ -673,15 +673,15 @@ def windowed(fam: Family, marks: np.ndarray, window: int) -> Family:
     each a set of `fam`). Every landmark and window transition of a subfamily holding the
     same landmarks is one of `fam`'s, so its feasible budgets are feasible here too."""
     s = fam.sets.shape[0]
-    idx = []
+    found = []
     for row in marks:
         size = int(np.unpackbits(row.view(np.uint8)).sum())
         lo, hi = np.searchsorted(fam.size, [size, size + 1])
         hit = lo + np.flatnonzero(np.all(fam.sets[lo:hi] == row, axis=1))
         if hit.shape[0] != 1:  # pragma: no cover - every family holds the pruned sets
             raise LowersetError("internal error: a landmark lower set is not in the family")
-        idx.append(int(hit[0]))
-    idx = np.array(sorted(idx), dtype=np.int64)
+        found.append(int(hit[0]))
+    idx = np.array(sorted(found), dtype=np.int64)
     is_mark = np.zeros(s, dtype=bool)
     is_mark[idx] = True
     a_lo = np.searchsorted(fam.size, fam.size - window, side="left").astype(np.int64)
