@@ -650,9 +650,21 @@ def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
 
 
 def landmarks(approx: Family, count: int) -> np.ndarray:
-    """The landmark lower sets of a graph whose pruned family (``family(G, "approx")``) is
-    `approx`: ∅, V and, in each of `count` runs of consecutive pruned sets by size, the one
-    with the least boundary bytes M(∂(L)) (a cheap place to cut). Bit rows, shape (k, W)."""
+    """The landmark lower sets of the windowed DP (:func:`windowed`; not in the paper).
+
+    Parameters
+    ----------
+    approx : Family
+        The graph's pruned family, ``family(G, "approx")`` (Sec. 4.3).
+    count : int
+        How many runs of consecutive pruned sets (by size) to take one from.
+
+    Returns
+    -------
+    ndarray of uint64, shape (k, W)
+        Bit rows: ∅, V and, in each run, the pruned set with the least boundary bytes M(∂(L))
+        (a cheap place to cut); k <= count + 2.
+    """
     s = approx.sets.shape[0]
     step = max(1, -(-(s - 2) // count))
     rows = [0, s - 1]
@@ -663,15 +675,46 @@ def landmarks(approx: Family, count: int) -> np.ndarray:
 
 
 def windowed_family(fam: Family) -> bool:
-    """Whether the DP's transitions over `fam` are restricted (:func:`windowed`)."""
+    """Whether the DP's transitions over a family are restricted (:func:`windowed`).
+
+    Parameters
+    ----------
+    fam : Family
+
+    Returns
+    -------
+    bool
+    """
     return fam.marks.shape[0] > 0
 
 
 def windowed(fam: Family, marks: np.ndarray, window: int) -> Family:
-    """`fam` with the DP's transitions L_a -> L_b restricted to those that add at most
-    `window` nodes (``|L_b| - |L_a| <= window``) or join two landmark sets `marks` (bit rows,
-    each a set of `fam`). Every landmark and window transition of a subfamily holding the
-    same landmarks is one of `fam`'s, so its feasible budgets are feasible here too."""
+    """A family whose DP transitions L_a -> L_b are restricted to those that add at most
+    `window` nodes (``|L_b| - |L_a| <= window``) or join two landmark sets (not in the
+    paper: the DP of graphs of ``lowerset.dp.WINDOWED_NODES`` nodes or more).
+
+    Every landmark and window transition of a subfamily holding the same landmarks is one of
+    this family's, so its feasible budgets are feasible here too.
+
+    Parameters
+    ----------
+    fam : Family
+        The family, as :func:`family` builds it.
+    marks : ndarray of uint64, shape (k, W)
+        The landmark lower sets (:func:`landmarks`), each a set of `fam`.
+    window : int
+        Nodes (>= 1).
+
+    Returns
+    -------
+    Family
+        `fam` with ``a_lo``, ``pre`` and ``marks`` set.
+
+    Raises
+    ------
+    LowersetError
+        If a landmark is not a set of `fam` (an internal error).
+    """
     s = fam.sets.shape[0]
     found = []
     for row in marks:
