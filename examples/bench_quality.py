@@ -1,13 +1,13 @@
 """How far the default planner lands from the exact search: ``min_peak`` and ``solve`` at
 three budgets with default arguments (``method="auto"``, its time limit) against
 ``method="exact"`` (all lower sets, local search, a limit of ``--exact-limit`` seconds, and
-no family windowed: ``lowerset.dp.WINDOWED_NODES`` is set past the graph for it), on
-the graphs where the exact search finishes within it: the traced LLaMA-style stack at 1-2
-layers and GPT-like stack at 6-12 (``examples/traced_graphs.py``, where PyTorch is
-installed), the block families of ``examples/block_graphs.py`` up to 1,000 nodes, and the
-authors' seven graphs (``../shared/graphs``, where present). ``--graphs resnet/250 ...``
-measures others: at 2,000 nodes or more the default's DP is windowed
-(``lowerset.dp.WINDOWED_NODES``), and the family column says so.
+no family windowed: ``lowerset.dp.WINDOWED_NODES`` and ``WINDOWED_CONTRACTED_NODES`` are set
+past the graph for it), on the graphs where the exact search finishes within it: the traced
+LLaMA-style stack at 1-2 layers and GPT-like stack at 6-12 (``examples/traced_graphs.py``,
+where PyTorch is installed), the block families of ``examples/block_graphs.py`` up to 1,000
+nodes, and the authors' seven graphs (``../shared/graphs``, where present).
+``--graphs resnet/250 ...`` measures others: from ``lowerset.dp.windowed_from(method)`` nodes on (500 for the contracted
+family, 2,000 for the others) the default's DP is windowed, and the family column says so.
 
 Budgets: 0.9 x the plain step's peak, halfway between the exact least peak and the plain
 step, and the exact least peak + 10% of that gap. Per graph and call: each planner's peak
@@ -88,18 +88,19 @@ def _record(plan, seconds, cut):
 
 
 def _unwindowed(fn):
-    """`fn` run with the DP unwindowed on every graph (``lowerset.dp.WINDOWED_NODES`` past any
-    graph): with ``method="exact"`` only the DP over all lower sets is never windowed, and its
-    candidate pool's approximate families are on graphs of 2,000 nodes or more. Each call plans
-    a fresh graph, so no windowed family is cached on it."""
+    """`fn` run with the DP unwindowed on every graph (``lowerset.dp.WINDOWED_NODES`` and
+    ``WINDOWED_CONTRACTED_NODES`` past any graph): with ``method="exact"`` only the DP over
+    all lower sets is never windowed, and its candidate pool's approximate families are on
+    graphs of 2,000 nodes or more. Each call plans a fresh graph, so no windowed family is
+    cached on it."""
 
     def run():
-        saved = ls.dp.WINDOWED_NODES
-        ls.dp.WINDOWED_NODES = sys.maxsize
+        saved = ls.dp.WINDOWED_NODES, ls.dp.WINDOWED_CONTRACTED_NODES
+        ls.dp.WINDOWED_NODES = ls.dp.WINDOWED_CONTRACTED_NODES = sys.maxsize
         try:
             return fn()
         finally:
-            ls.dp.WINDOWED_NODES = saved
+            ls.dp.WINDOWED_NODES, ls.dp.WINDOWED_CONTRACTED_NODES = saved
 
     return run
 
@@ -109,7 +110,7 @@ def bench(spec, exact_limit):
     g = graph(spec)
     plain = int(ls.schedule(g).peak)
     method = ls.dp.resolve_method(g, "auto")
-    if g.n >= ls.dp.WINDOWED_NODES:
+    if g.n >= ls.dp.windowed_from(method):
         method += ", windowed"
     row = {"graph": spec, "nodes": g.n, "plain": plain, "method": method, "calls": {}}
     exact = _call(_unwindowed(lambda: ls.min_peak(graph(spec), "exact", time_limit=exact_limit)))

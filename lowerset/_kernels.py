@@ -456,11 +456,37 @@ def chain_boundaries(sets, bptr, bidx, cost, memory):
 
 
 @njit(cache=True, inline="always")
-def _is_strict_subset(sets, a, b, n_words):
-    for w in range(n_words):
+def _is_subset(sets, span, a, b):
+    """Whether L_a ⊆ L_b, reading only the words of `sets` from the first word of L_a that is
+    not all ones to its last nonzero word (``span``, :func:`word_spans`): below it L_a is all
+    ones, so L_b must be too (its own first such word at or above it), and above it L_a is
+    empty. With node ids in topological order a lower set's span is a word or two, so the test
+    does not grow with the graph."""
+    if span[b, 0] < span[a, 0]:
+        return False
+    for w in range(span[a, 0], span[a, 1] + 1):
         if (sets[a, w] & ~sets[b, w]) != 0:
             return False
     return True
+
+
+@njit(cache=True)
+def word_spans(sets):
+    """Per set of `sets` (uint64 bit rows, shape (s, W)): the index of its first word that is
+    not all ones (W if none) and of its last nonzero word (-1 if none); int64, shape (s, 2)."""
+    s, n_words = sets.shape
+    full = ~np.uint64(0)
+    out = np.empty((s, 2), dtype=np.int64)
+    for i in range(s):
+        lo = 0
+        while lo < n_words and sets[i, lo] == full:
+            lo += 1
+        hi = n_words - 1
+        while hi >= 0 and sets[i, hi] == 0:
+            hi -= 1
+        out[i, 0] = lo
+        out[i, 1] = hi
+    return out
 
 
 @njit(cache=True)
@@ -525,9 +551,9 @@ def _step(a, b, tot_t, tot_m, bnd_t, bnd_m, extra, inter_t, inter_m):
 
 
 @njit(cache=True, nogil=True)
-def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, tot_m, bnd_bits,
-                    bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t,
-                    bcum_m, g):
+def remaining_bound(lo, hi, work_budget, budget, lam, sets, span, class_start, tot_t, tot_m,
+                    bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst,
+                    bcum_t, bcum_m, g):
     """Fill ``g[b, k]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
     `work_budget` units of work: the least ``sum(dt + lam[k] * dm)`` over the transitions of
     any sequence from lower set ``b`` to V within eq. (2) budget `budget` (cost units), or inf
@@ -554,8 +580,8 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, 
         B in bytes.
     lam : ndarray of float64, shape (K,)
         Multipliers (cost units per byte), ``lam[0] = 0``.
-    sets, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory
-    chain, bfirst, bcum_t, bcum_m
+    sets, span, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost,
+    memory, chain, bfirst, bcum_t, bcum_m
         As in :func:`dp_fronts`.
     g : ndarray of float64, shape (s, K)
         Output; inf on entry for the sets to fill.
@@ -568,7 +594,6 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, 
         Work units done.
     """
     s = sets.shape[0]
-    n_words = sets.shape[1]
     n_lam = lam.shape[0]
     work = 0
     b = hi - 1
@@ -587,7 +612,7 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, class_start, tot_t, 
                 helps |= dt_low + g[c, k] < g[b, k]
             if not helps:
                 continue
-            if not chain and not _is_strict_subset(sets, b, c, n_words):
+            if not chain and not _is_subset(sets, span, b, c):
                 continue
             work += (1 if chain else bptr[b + 1] - bptr[b]) + n_lam
             if chain:
@@ -632,10 +657,10 @@ def least_bounds(g, lam, budget, bnd_m, out):
 
 
 @njit(cache=True, nogil=True)
-def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, size,
-              class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory,
-              chain, bfirst, bcum_t, bcum_m, a_lo, pre, marks, fstart, fend, key_m, key_t, ft, fm,
-              fpa, fpe, used, hull, scratch_m, scratch_a, scratch_e):
+def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, lam, sets, span,
+              size, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost,
+              memory, chain, bfirst, bcum_t, bcum_m, a_lo, pre, marks, fstart, fend, key_m, key_t,
+              ft, fm, fpa, fpe, used, hull, scratch_m, scratch_a, scratch_e):
     """Fill the DP fronts of sets ``lo <= b < hi``, stopping early after `work_budget` units of
     work (Sec. 4.2, Algorithm 1; pull form).
 
@@ -682,6 +707,8 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         by :func:`least_bounds`, and the test at reading drops the same states).
     sets : ndarray of uint64, shape (s, W)
         The family, sorted by size; set 0 is the empty set.
+    span : ndarray of int64, shape (s, 2)
+        Each set's span of words (:func:`word_spans`), for the subset tests.
     size : ndarray of int64, shape (s,)
     class_start : ndarray of int64, shape (s,)
         Index of the first set of the same size as set ``b``; only sets before it are tested.
@@ -737,7 +764,6 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
         ``STATUS_OK``, or ``STATUS_MEMORY`` when the entry arrays would outgrow `max_entries`
         (set ``b_next`` is then unfinished and the fronts must be discarded).
     """
-    n_words = sets.shape[1]
     pairs = 0
     capped = 0
     work = 0
@@ -763,7 +789,7 @@ def dp_fronts(lo, hi, work_budget, max_entries, budget, maximize, tcap, lb, g, l
             if key_t[a] > room_t:
                 capped += 1
                 continue
-            if not chain and not _is_strict_subset(sets, a, b, n_words):
+            if not chain and not _is_subset(sets, span, a, b):
                 continue
             pairs += 1
             if chain:
@@ -947,9 +973,9 @@ def _grow(arr, new_cap):
 
 
 @njit(cache=True)
-def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_t, tot_m, bnd_bits,
-                bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t, bcum_m,
-                a_lo, pre, marks, fstart, fend, key_m, fm, fp, fpa, fpe, used):
+def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, span, class_start, tot_t, tot_m,
+                bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst, bcum_t,
+                bcum_m, a_lo, pre, marks, fstart, fend, key_m, fm, fp, fpa, fpe, used):
     """Fill the min-budget fronts of sets ``lo <= b < hi``, stopping early after `work_budget`
     units of work.
 
@@ -961,7 +987,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
 
     Parameters
     ----------
-    lo, hi, work_budget, max_entries, sets, class_start, tot_t, ..., memory, chain, ...,
+    lo, hi, work_budget, max_entries, sets, span, class_start, tot_t, ..., memory, chain, ...,
     bcum_m, a_lo, pre, marks : as in :func:`dp_fronts`.
     upper : int64
         Upper bound on the answer, in bytes.
@@ -977,7 +1003,6 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
     -------
     fm, fp, fpa, fpe, used, pairs, b_next, work, status : as in :func:`dp_fronts`.
     """
-    n_words = sets.shape[1]
     pairs = 0
     work = 0
     cap = 64
@@ -998,7 +1023,7 @@ def peak_fronts(lo, hi, work_budget, max_entries, upper, sets, class_start, tot_
             a = marks[j] if j < n_pre else a0 + j - n_pre
             if key_m[a] > room:
                 continue
-            if not chain and not _is_strict_subset(sets, a, b, n_words):
+            if not chain and not _is_subset(sets, span, a, b):
                 continue
             pairs += 1
             if chain:

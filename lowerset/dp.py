@@ -50,6 +50,12 @@ _EXHAUSTIVE = ("exact", "contracted")
 #: time-centric, a fifth memory-centric; ``tests/test_windowed.py``). Its distance to the
 #: exact search: ``examples/bench_quality.py``.
 WINDOWED_NODES = 2_000
+#: The contracted family (every lower set of the quotient, up to ``max_lower_sets``, where the
+#: pruned and ordered families hold at most 3n + 2 sets) is windowed from this many nodes on:
+#: from there, traced transformer stacks (GPT-like at 12 layers, LLaMA-style at 8) spend
+#: seconds a call on its unwindowed time-centric fronts.
+WINDOWED_CONTRACTED_NODES = 500
+
 WINDOW_NODES = 64
 LANDMARKS = 1_024
 
@@ -217,7 +223,7 @@ def _get_family(G, method, max_lower_sets, deadline):
     fam = cache.get(method)
     if fam is None:
         fam = family(G, method, max_lower_sets, deadline)
-        if method != "exact" and G.n >= WINDOWED_NODES:
+        if G.n >= windowed_from(method):
             marks = cache.get("landmarks")
             if marks is None:   # from the pruned family, a subfamily of the others
                 base = fam if method == "approx" else _get_family(G, "approx", max_lower_sets,
@@ -228,6 +234,23 @@ def _get_family(G, method, max_lower_sets, deadline):
     else:
         _check_size(G, method, max_lower_sets, deadline)  # for a cached family too
     return fam
+
+
+def windowed_from(method: str) -> int | float:
+    """The least graph size (nodes) from which the DP over the family of `method` is windowed
+    (:data:`WINDOWED_NODES`, :data:`WINDOWED_CONTRACTED_NODES`; inf for "exact", never).
+
+    Parameters
+    ----------
+    method : {"exact", "approx", "ordered", "contracted"}
+
+    Returns
+    -------
+    int or float
+    """
+    if method == "exact":
+        return float("inf")
+    return WINDOWED_CONTRACTED_NODES if method == "contracted" else WINDOWED_NODES
 
 
 class _EntryCap:
@@ -351,9 +374,9 @@ def _remaining_bound(fam, G, budget, deadline, lam=None):
     chunk = _limits.Chunker(initial=200_000)
     while hi > 0:
         hi, work = _kernels.remaining_bound(
-            0, hi, chunk.start(), np.int64(budget), lam, fam.sets, fam.class_start, fam.tot_t,
-            fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost,
-            G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m, g)
+            0, hi, chunk.start(), np.int64(budget), lam, fam.sets, fam.span, fam.class_start,
+            fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
+            fam.extra, G.cost, G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m, g)
         chunk.done(work)
         if hi > 0:
             deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
@@ -395,10 +418,10 @@ def _run_front_dp(G, fam, budget, maximize, deadline, tcap, bound=None):
     def run(lo, hi, work_budget, max_entries, used, scratch):
         (ft, fm, fpa, fpe, used, _, capped, b, work, status) = _kernels.dp_fronts(
             lo, hi, work_budget, max_entries, np.int64(budget), maximize, np.int64(tcap), lb, g,
-            lam, fam.sets, fam.size, fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits,
-            fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.chain,
-            fam.bfirst, fam.bcum_t, fam.bcum_m, fam.a_lo, fam.pre, fam.marks, fstart, fend,
-            keys[0], keys[1],
+            lam, fam.sets, fam.span, fam.size, fam.class_start, fam.tot_t, fam.tot_m,
+            fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx, fam.extra, G.cost, G.memory,
+            fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m, fam.a_lo, fam.pre, fam.marks, fstart,
+            fend, keys[0], keys[1],
             st["ft"], st["fm"], st["fpa"], st["fpe"], used, hull, *scratch)
         return (ft, fm, fpa, fpe), used, b, work, capped, status
 
@@ -475,11 +498,11 @@ def _min_budget_search(G, fam, upper, deadline):
     def step(lo, work_budget, max_entries):
         st["fm"], st["fp"], st["fpa"], st["fpe"], st["used"], _, b, work, status = \
             _kernels.peak_fronts(
-                lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.class_start,
-                fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-                fam.extra, G.cost, G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m,
-                fam.a_lo, fam.pre, fam.marks, fstart, fend, keys[0], st["fm"], st["fp"],
-                st["fpa"], st["fpe"], st["used"])
+                lo, s, work_budget, max_entries, np.int64(upper), fam.sets, fam.span,
+                fam.class_start, fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m,
+                fam.bptr, fam.bidx, fam.extra, G.cost, G.memory, fam.chain, fam.bfirst,
+                fam.bcum_t, fam.bcum_m, fam.a_lo, fam.pre, fam.marks, fstart, fend, keys[0],
+                st["fm"], st["fp"], st["fpa"], st["fpe"], st["used"])
         return b, work, status, st["used"]
 
     _drive(fam, deadline, step, "in the minimal-budget DP", _EntryCap(fm.shape[0]))
@@ -658,9 +681,10 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         (:func:`lowerset.ordered_lower_sets`), at most 3 #V + 2 sets. "contracted": DP over the
         lower sets that keep each memoryless node with its input, and the pruned sets
         (:func:`lowerset.contracted_lower_sets`). "auto": as :func:`resolve_method` says. On
-        a graph of :data:`WINDOWED_NODES` nodes or more the DP over every family but "exact"
-        is windowed (:func:`lowerset.lowersets.windowed`), so only "exact" is then optimal
-        over its family.
+        a graph of :func:`windowed_from` nodes or more (500 for "contracted", 2,000 for the
+        others) the DP over every family but "exact" is windowed
+        (:func:`lowerset.lowersets.windowed`), so only "exact" is then optimal over its
+        family.
     max_lower_sets : int
         For "exact" and "contracted": raise instead of searching more lower sets than this
         (>= 1). They are counted before any is stored; the default keeps one exact DP pass to

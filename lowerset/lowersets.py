@@ -51,10 +51,12 @@ DEFAULT_MAX_LOWER_SETS = 50_000
 #: ``a_lo``, ``pre``, ``marks`` restrict the DP's transitions (:func:`windowed`): set ``b``
 #: is reached from the sets ``a_lo[b] <= a < class_start[b]`` and from the first ``pre[b]``
 #: landmark indices ``marks``; :func:`family` leaves every transition in (zeros, no marks).
+#: ``span`` holds each set's first word that is not all ones and last nonzero word
+#: (:func:`lowerset._kernels.word_spans`), which bound the DP's subset tests.
 Family = namedtuple(
     "Family",
     "sets size class_start tot_t tot_m bnd_bits bnd_t bnd_m bptr bidx extra chain bfirst bcum_t "
-    "bcum_m a_lo pre marks",
+    "bcum_m a_lo pre marks span",
 )
 
 
@@ -646,7 +648,7 @@ def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
     s = sets.shape[0]
     every = (np.zeros(s, dtype=np.int64), np.zeros(s, dtype=np.int64), np.zeros(0, dtype=np.int64))
     return Family._make((sets, size, first, *stats[1:], *_chain(G, sets, stats[6], stats[7]),
-                         *every))
+                         *every, _kernels.word_spans(sets)))
 
 
 def landmarks(approx: Family, count: int) -> np.ndarray:
@@ -691,7 +693,7 @@ def windowed_family(fam: Family) -> bool:
 def windowed(fam: Family, marks: np.ndarray, window: int) -> Family:
     """A family whose DP transitions L_a -> L_b are restricted to those that add at most
     `window` nodes (``|L_b| - |L_a| <= window``) or join two landmark sets (not in the
-    paper: the DP of graphs of ``lowerset.dp.WINDOWED_NODES`` nodes or more).
+    paper: the DP of graphs of ``lowerset.dp.windowed_from(method)`` nodes or more).
 
     Every landmark and window transition of a subfamily holding the same landmarks is one of
     this family's, so its feasible budgets are feasible here too.

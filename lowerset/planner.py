@@ -442,9 +442,10 @@ def pareto(G: Graph, method: str = "auto", *, max_lower_sets: int = DEFAULT_MAX_
         keep each memoryless node (a view, an in-place write) with its input
         (:func:`lowerset.contracted_lower_sets`); "auto" (default): "contracted" where that
         family is small enough, else "approx" (:func:`lowerset.dp.resolve_method` says which).
-        On a graph of :data:`lowerset.dp.WINDOWED_NODES` nodes or more the DP over every
-        family but "exact" is windowed, not exhaustive (see :func:`lowerset.lowersets.windowed`):
-        with "exact" the DP over all lower sets is not, the pool's pruned family is.
+        On a graph of :func:`lowerset.dp.windowed_from` nodes or more (500 for "contracted",
+        2,000 for the others) the DP over every family but "exact" is windowed, not exhaustive
+        (see :func:`lowerset.lowersets.windowed`): with "exact" the DP over all lower sets is
+        not, the pool's pruned family is from 2,000 nodes on.
     max_lower_sets : int
         For "exact" and "contracted": raise instead of enumerating more lower sets than this.
     time_limit : float, "default" or None
@@ -671,9 +672,10 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         memoryless node with its input (the same, :func:`lowerset.contracted_lower_sets`),
         the ordered family (:func:`lowerset.ordered_lower_sets`) or the pruned family
         (Sec. 4.3); "auto" (default): as :func:`lowerset.dp.resolve_method` says. On a graph
-        of :data:`lowerset.dp.WINDOWED_NODES` nodes or more the DP over every family but
-        "exact" is windowed (:func:`lowerset.lowersets.windowed`): with "exact" the DP over all
-        lower sets is not, the pool's pruned family is.
+        of :func:`lowerset.dp.windowed_from` nodes or more (500 for "contracted", 2,000 for the
+        others) the DP over every family but "exact" is windowed
+        (:func:`lowerset.lowersets.windowed`): with "exact" the DP over all lower sets is not,
+        the pool's pruned family is from 2,000 nodes on.
     model : {"executor", "paper"}
         How the budget is read (:data:`MODELS`).
     max_lower_sets : int

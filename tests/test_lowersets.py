@@ -369,3 +369,24 @@ class TestLimits:
         # the approximate DP still plans it
         least = ls.min_budget(fan(17), "approx")
         assert ls.dp.solve(fan(17), method="approx").peak_memory == least
+
+
+@given(st.data())
+def test_subset_test_reads_only_the_span(data):
+    """``_kernels._is_subset`` with ``word_spans`` against ``not (a & ~b).any()`` on bit rows
+    made of all-ones, empty and random words (lower sets of a topological numbering look
+    like: ones, a word or two of mixture, zeros; the test must hold for any rows)."""
+    from lowerset import _kernels
+    n_words = data.draw(st.integers(1, 5), label="words")
+    word = st.one_of(st.just(2**64 - 1), st.just(0), st.integers(0, 2**64 - 1))
+    rows = np.array(data.draw(st.lists(st.lists(word, min_size=n_words, max_size=n_words),
+                                       min_size=2, max_size=6), label="rows"), dtype=np.uint64)
+    span = _kernels.word_spans(rows)
+    for i, row in enumerate(rows):
+        not_full = [w for w in range(n_words) if row[w] != 2**64 - 1]
+        nonzero = [w for w in range(n_words) if row[w] != 0]
+        assert tuple(span[i]) == (not_full[0] if not_full else n_words,
+                                  nonzero[-1] if nonzero else -1)
+    for a in range(rows.shape[0]):
+        for b in range(rows.shape[0]):
+            assert _kernels._is_subset(rows, span, a, b) == (not (rows[a] & ~rows[b]).any())

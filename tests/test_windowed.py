@@ -25,6 +25,7 @@ import block_graphs  # noqa: E402
 
 def _windowed(monkeypatch, window, landmarks):
     monkeypatch.setattr(dp, "WINDOWED_NODES", 1)
+    monkeypatch.setattr(dp, "WINDOWED_CONTRACTED_NODES", 1)
     monkeypatch.setattr(dp, "WINDOW_NODES", window)
     monkeypatch.setattr(dp, "LANDMARKS", landmarks)
 
@@ -126,14 +127,16 @@ def test_thin_front_keeps_the_hull_of_each_run(steps, runs, offset):
 
 
 def test_large_graphs_are_windowed_and_small_ones_are_not():
-    _, small = block_graphs.sized("resnet", 1000)
-    _, large = block_graphs.sized("resnet", 2500)
-    assert small.n < dp.WINDOWED_NODES <= large.n
     deadline = ls._limits.NO_DEADLINE
-    for method in ("approx", "contracted", "ordered"):
+    for method, nodes in (("approx", dp.WINDOWED_NODES), ("ordered", dp.WINDOWED_NODES),
+                          ("contracted", dp.WINDOWED_CONTRACTED_NODES)):
+        _, small = block_graphs.sized("resnet", nodes // 2)
+        _, large = block_graphs.sized("resnet", nodes * 5 // 4)
+        assert small.n < nodes <= large.n
         assert not ls.lowersets.windowed_family(dp._get_family(small, method, 50_000, deadline))
         assert ls.lowersets.windowed_family(dp._get_family(large, method, 50_000, deadline))
-    assert not ls.lowersets.windowed_family(dp._get_family(large, "exact", 50_000, deadline))
+        assert not ls.lowersets.windowed_family(dp._get_family(large, "exact", 50_000,
+                                                               deadline))
 
 
 def test_windowing_cuts_the_work_of_a_pass():
