@@ -6,8 +6,9 @@ past the graph for it), on the graphs where the exact search finishes within it:
 LLaMA-style stack at 1-2 layers and GPT-like stack at 6-12 (``examples/traced_graphs.py``,
 where PyTorch is installed), the block families of ``examples/block_graphs.py`` up to 1,000
 nodes, and the authors' seven graphs (``../shared/graphs``, where present).
-``--graphs resnet/250 ...`` measures others: from ``lowerset.dp.windowed_from(method)`` nodes on (500 for the contracted
-family, 2,000 for the others) the default's DP is windowed, and the family column says so.
+``--graphs resnet/250 ...`` measures others. From ``lowerset.dp.windowed_from(method)`` nodes
+on (500 for the contracted family, 2,000 for the others) the default's DP is windowed, and the
+family column says so.
 
 Budgets: 0.9 x the plain step's peak, halfway between the exact least peak and the plain
 step, and the exact least peak + 10% of that gap. Per graph and call: each planner's peak
