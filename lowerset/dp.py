@@ -50,14 +50,13 @@ _EXHAUSTIVE = ("exact", "contracted")
 #: time-centric, a fifth memory-centric; ``tests/test_windowed.py``). Its distance to the
 #: exact search: ``examples/bench_quality.py``.
 WINDOWED_NODES = 2_000
+WINDOW_NODES = 64
+LANDMARKS = 1_024
 #: The contracted family (every lower set of the quotient, up to ``max_lower_sets``, where the
 #: pruned and ordered families hold at most 3n + 2 sets) is windowed from this many nodes on:
 #: from there, traced transformer stacks (GPT-like at 12 layers, LLaMA-style at 8) spend
 #: seconds a call on its unwindowed time-centric fronts.
 WINDOWED_CONTRACTED_NODES = 500
-
-WINDOW_NODES = 64
-LANDMARKS = 1_024
 
 # first overhead cap of the time-centric iterative deepening, in cost units
 _FIRST_TCAP = 4
