@@ -553,7 +553,7 @@ def _step(a, b, tot_t, tot_m, bnd_t, bnd_m, extra, inter_t, inter_m):
 @njit(cache=True, nogil=True)
 def remaining_bound(lo, hi, work_budget, budget, lam, sets, span, class_start, tot_t, tot_m,
                     bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory, chain, bfirst,
-                    bcum_t, bcum_m, g):
+                    bcum_t, bcum_m, need_min, g):
     """Fill ``g[b, k]`` for the sets ``hi > b >= lo``, from the top down, stopping early after
     `work_budget` units of work: the least ``sum(dt + lam[k] * dm)`` over the transitions of
     any sequence from lower set ``b`` to V within eq. (2) budget `budget` (cost units), or inf
@@ -583,6 +583,10 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, span, class_start, t
     sets, span, class_start, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost,
     memory, chain, bfirst, bcum_t, bcum_m
         As in :func:`dp_fronts`.
+    need_min : ndarray of int64, shape (s,)
+        ``need_min[c]``: the least ``2 tot_m[c'] + extra[c']`` over the sets ``c' >= c``,
+        nondecreasing (:func:`suffix_need`): the scan from ``b`` stops at the first set past
+        which no transition fits.
     g : ndarray of float64, shape (s, K)
         Output; inf on entry for the sets to fill.
 
@@ -593,15 +597,16 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, span, class_start, t
     work : int
         Work units done.
     """
-    s = sets.shape[0]
     n_lam = lam.shape[0]
     work = 0
     b = hi - 1
     while b >= lo and work < work_budget:
         # allowed when 2 M(L_c ∖ L_b) + extra[c] + bnd_m[b] <= budget
         room = budget - bnd_m[b] + 2 * tot_m[b]
-        work += (s - b) * (1 + n_lam // 8)
-        for c in range(b + 1, s):
+        # past the first set from which no set is allowed, the scan stops
+        end = b + 1 + np.searchsorted(need_min[b + 1:], room, side="right")
+        work += (end - b) * (1 + n_lam // 8)
+        for c in range(b + 1, end):
             if class_start[c] <= b or g[c, 0] == np.inf or 2 * tot_m[c] + extra[c] > room:
                 continue
             # dt >= T(L_c ∖ L_b) - T(∂(L_c)) and dm >= 0: a set that improves no sum is
@@ -625,6 +630,13 @@ def remaining_bound(lo, hi, work_budget, budget, lam, sets, span, class_start, t
                 g[b, k] = min(g[b, k], dt + lam[k] * dm + g[c, k])
         b -= 1
     return b + 1, work
+
+
+def suffix_need(tot_m, extra):
+    """``need_min`` of :func:`remaining_bound`: per set c, the least ``2 tot_m[c'] +
+    extra[c']`` (bytes) over the sets ``c' >= c``; int64, shape (s,)."""
+    need = 2 * tot_m + extra
+    return np.minimum.accumulate(need[::-1])[::-1].copy()
 
 
 @njit(cache=True, inline="always")

@@ -370,12 +370,14 @@ def _remaining_bound(fam, G, budget, deadline, lam=None):
     g = np.full((s, lam.shape[0]), np.inf)
     g[s - 1] = 0.0   # V
     hi = s - 1
+    need_min = _kernels.suffix_need(fam.tot_m, fam.extra)
     chunk = _limits.Chunker(initial=200_000)
     while hi > 0:
         hi, work = _kernels.remaining_bound(
             0, hi, chunk.start(), np.int64(budget), lam, fam.sets, fam.span, fam.class_start,
             fam.tot_t, fam.tot_m, fam.bnd_bits, fam.bnd_t, fam.bnd_m, fam.bptr, fam.bidx,
-            fam.extra, G.cost, G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m, g)
+            fam.extra, G.cost, G.memory, fam.chain, fam.bfirst, fam.bcum_t, fam.bcum_m,
+            need_min, g)
         chunk.done(work)
         if hi > 0:
             deadline.check(lambda: f"in the DP's overhead bound at budget {budget} ({s - hi} of "
