@@ -304,8 +304,9 @@ class TestStrategies:
         from hypothesis import find
         from hypothesis import settings as hsettings
 
+        # derandomized: a random run missed the edgeless graph once in a while
         g = find(dags(min_nodes=3, max_nodes=3), lambda g: len(g.edges) == 0,
-                 settings=hsettings(database=None))
+                 settings=hsettings(database=None, derandomize=True, max_examples=1000))
         assert g.edges == [] and g.total_cost() == 3 and g.total_memory() == 0
 
     @pytest.mark.parametrize("kw", [{"min_nodes": 0}, {"min_nodes": 3, "max_nodes": 2},
