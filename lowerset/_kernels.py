@@ -490,6 +490,91 @@ def word_spans(sets):
 
 
 @njit(cache=True)
+def map_groups(q_sets, qid, n_words):
+    """The rows of `q_sets` (bit rows over a quotient graph's ids) as bit rows over the nodes:
+    node ``v`` is in a row where its quotient id ``qid[v]`` is; uint64, shape (s, n_words)."""
+    s = q_sets.shape[0]
+    out = np.zeros((s, n_words), dtype=np.uint64)
+    one = np.uint64(1)
+    for i in range(s):
+        for v in range(qid.shape[0]):
+            q = qid[v]
+            if (q_sets[i, q >> 6] >> np.uint64(q & 63)) & one:
+                out[i, v >> 6] |= one << np.uint64(v & 63)
+    return out
+
+
+@njit(cache=True, inline="always")
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+@njit(cache=True, inline="always")
+def _row_cmp(rows, span, size, a, b):
+    """-1, 0 or 1 as row ``a`` comes before, equals or comes after row ``b``: by size, then
+    word by word as unsigned integers (``np.unique(axis=0)``'s order). Below both rows' first
+    word that is not all ones, and above both last nonzero words, the rows agree."""
+    if size[a] != size[b]:
+        return -1 if size[a] < size[b] else 1
+    for w in range(min(span[a, 0], span[b, 0]), max(span[a, 1], span[b, 1]) + 1):
+        x = rows[a, w]
+        y = rows[b, w]
+        if x != y:
+            return -1 if x < y else 1
+    return 0
+
+
+@njit(cache=True)
+def unique_rows_by_size(rows):
+    """The distinct rows of `rows` (uint64 bit rows, shape (s, W)) sorted by their number of
+    set bits, then in the order of ``np.unique(rows, axis=0)`` (word by word, unsigned): a
+    stable merge sort whose comparisons read only the rows' spans (:func:`word_spans`), so a
+    family of lower sets sorts in O(s log s) word reads, not O(s log s W). Returns uint64,
+    shape (k, W)."""
+    s = rows.shape[0]
+    span = word_spans(rows)
+    size = np.zeros(s, dtype=np.int64)
+    for i in range(s):
+        for w in range(span[i, 0]):
+            size[i] += 64
+        for w in range(span[i, 0], span[i, 1] + 1):
+            size[i] += np.int64(_popcount(rows[i, w]))
+    idx = np.arange(s)
+    tmp = np.empty(s, dtype=np.int64)
+    width = 1
+    while width < s:   # bottom-up merge sort, stable
+        for lo in range(0, s, 2 * width):
+            mid = min(lo + width, s)
+            hi = min(lo + 2 * width, s)
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
+                if _row_cmp(rows, span, size, idx[j], idx[i]) < 0:
+                    tmp[k] = idx[j]
+                    j += 1
+                else:
+                    tmp[k] = idx[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                tmp[k] = idx[i]
+                i += 1
+                k += 1
+            while j < hi:
+                tmp[k] = idx[j]
+                j += 1
+                k += 1
+        idx, tmp = tmp, idx
+        width *= 2
+    keep = np.ones(s, dtype=np.bool_)
+    for k in range(1, s):
+        keep[k] = _row_cmp(rows, span, size, idx[k - 1], idx[k]) != 0
+    return rows[idx[keep]]
+
+
+@njit(cache=True)
 def transition(a, b, tot_t, tot_m, bnd_bits, bnd_t, bnd_m, bptr, bidx, extra, cost, memory):
     """Cost of appending lower set ``b`` after lower set ``a`` (a ⊊ b) in a canonical strategy.
 

@@ -423,10 +423,9 @@ def _prefix_bits(G, order):
 
 
 def _ordered_bits(G):
-    """The ordered family's sets, each once, in no particular order (see
+    """The ordered family's sets, some repeated, in no particular order (see
     :func:`ordered_lower_sets`)."""
-    return np.unique(np.concatenate([_pruned_bits(G)] + [_prefix_bits(G, o) for o in _orders(G)]),
-                     axis=0)
+    return np.concatenate([_pruned_bits(G)] + [_prefix_bits(G, o) for o in _orders(G)])
 
 
 @requires_graph
@@ -464,7 +463,7 @@ def ordered_lower_sets(G: Graph) -> list[frozenset[Hashable]]:
     >>> [sorted(L) for L in ls.ordered_lower_sets(g)]
     [[], ['a'], ['c'], ['a', 'b'], ['a', 'c'], ['c', 'd'], ['a', 'b', 'c'], ['a', 'b', 'c', 'd']]
     """
-    return _to_frozensets(G, _by_size(_ordered_bits(G)))
+    return _to_frozensets(G, _unique_by_size(_ordered_bits(G)))
 
 
 def contraction(G: Graph) -> tuple[IntArray, Graph]:
@@ -516,17 +515,14 @@ def _quotient(G, group):
 
 
 def _contracted_bits(G, max_lower_sets, deadline):
-    """The contracted family's sets, each once, in no particular order (see
+    """The contracted family's sets, some repeated, in no particular order (see
     :func:`contracted_lower_sets`)."""
     group, Q = contraction(G)
     q_sets = _enumerate_bits(Q, max_lower_sets, deadline)
     qid = np.array([Q.index[int(r)] for r in group], dtype=np.int64)   # node -> quotient id
-    inside = np.unpackbits(q_sets.view(np.uint8), axis=1, bitorder="little")[:, :Q.n]
-    rows = np.packbits(inside[:, qid], axis=1, bitorder="little")
-    rows = np.pad(rows, ((0, 0), (0, 8 * G.n_words - rows.shape[1])))
-    mapped = np.ascontiguousarray(rows).view(np.uint64)
+    mapped = _kernels.map_groups(q_sets, qid, G.n_words)
     full = bits_of_mask(np.ones(G.n, dtype=bool))[None, :]
-    return np.unique(np.concatenate([mapped, _pruned_bits(G), full]), axis=0)
+    return np.concatenate([mapped, _pruned_bits(G), full])
 
 
 def _contracted_count(G, max_lower_sets, deadline):
@@ -582,13 +578,14 @@ def contracted_lower_sets(
     [['a', 'c', 'e']]
     """
     max_lower_sets = check_count(max_lower_sets, "max_lower_sets")
-    return _to_frozensets(G, _by_size(_contracted_bits(G, max_lower_sets, _limits.NO_DEADLINE)))
+    return _to_frozensets(G, _unique_by_size(_contracted_bits(G, max_lower_sets,
+                                                              _limits.NO_DEADLINE)))
 
 
-def _by_size(sets):
-    """`sets` (rows of bits) sorted by the number of members, stably."""
-    size = np.unpackbits(sets.view(np.uint8), axis=1).sum(axis=1)
-    return np.ascontiguousarray(sets[np.argsort(size, kind="stable")])
+def _unique_by_size(sets):
+    """The distinct rows of `sets` (rows of bits) by number of members, then as
+    ``np.unique(axis=0)`` orders them (:func:`lowerset._kernels.unique_rows_by_size`)."""
+    return _kernels.unique_rows_by_size(np.ascontiguousarray(sets))
 
 
 def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
@@ -629,18 +626,18 @@ def family(G: Graph, method: str, max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
         _limits.check_memory(_family_bytes(count, G),
                              f"the contracted DP over {count} lower sets",
                              "use method='approx', or a smaller max_lower_sets")
-        sets = _by_size(_contracted_bits(G, max_lower_sets, deadline))
+        sets = _unique_by_size(_contracted_bits(G, max_lower_sets, deadline))
     elif method == "ordered":
         _limits.check_memory(_family_bytes(3 * G.n + 2, G), f"the ordered DP over {G.n} nodes",
                              "plan a smaller graph")
-        sets = _by_size(_ordered_bits(G))   # both orders' prefixes hold ∅ and V
+        sets = _unique_by_size(_ordered_bits(G))   # both orders' prefixes hold ∅ and V
     else:
         _limits.check_memory(_family_bytes(G.n + 2, G), f"the approximate DP over {G.n} nodes",
                              "plan a smaller graph")
         anc = _pruned_bits(G)
         full = bits_of_mask(np.ones(G.n, dtype=bool))[None, :]
         empty = np.zeros((1, G.n_words), dtype=np.uint64)
-        sets = _by_size(np.unique(np.concatenate([empty, anc, full]), axis=0))
+        sets = _unique_by_size(np.concatenate([empty, anc, full]))
     stats = _set_stats(G, sets, deadline)
     size = stats[0]
     # first index of each size class (sizes are sorted)

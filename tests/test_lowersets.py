@@ -390,3 +390,22 @@ def test_subset_test_reads_only_the_span(data):
     for a in range(rows.shape[0]):
         for b in range(rows.shape[0]):
             assert _kernels._is_subset(rows, span, a, b) == (not (rows[a] & ~rows[b]).any())
+
+
+@given(st.data())
+def test_unique_rows_by_size_against_numpy(data):
+    """``_kernels.unique_rows_by_size`` against numpy: the distinct rows (``np.unique(rows,
+    axis=0)``, word by word as unsigned integers) stably sorted by their number of set bits,
+    on rows of all-ones, empty and random words with repeats."""
+    from lowerset import _kernels
+    n_words = data.draw(st.integers(1, 4), label="words")
+    word = st.one_of(st.just(2**64 - 1), st.just(0), st.integers(0, 2**64 - 1),
+                     st.integers(0, 7))
+    rows = np.array(data.draw(st.lists(st.lists(word, min_size=n_words, max_size=n_words),
+                                       min_size=1, max_size=40), label="rows"), dtype=np.uint64)
+    rows = rows[data.draw(st.lists(st.integers(0, rows.shape[0] - 1), min_size=1,
+                                   max_size=60), label="picks")]
+    distinct = np.unique(rows, axis=0)
+    size = np.unpackbits(distinct.view(np.uint8), axis=1).sum(axis=1)
+    want = distinct[np.argsort(size, kind="stable")]
+    assert np.array_equal(_kernels.unique_rows_by_size(rows), want)
