@@ -538,8 +538,7 @@ def unique_rows_by_size(rows):
     span = word_spans(rows)
     size = np.zeros(s, dtype=np.int64)
     for i in range(s):
-        for w in range(span[i, 0]):
-            size[i] += 64
+        size[i] = 64 * span[i, 0]   # the all-ones words below the span
         for w in range(span[i, 0], span[i, 1] + 1):
             size[i] += np.int64(_popcount(rows[i, w]))
     idx = np.arange(s)
