@@ -477,3 +477,63 @@ def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(sha
                                     overhead_floor=floor)
     assert [(s.overhead, s.lower_sets) for s in front] == \
         [(s.overhead, s.lower_sets) for s in deepened]
+
+
+@pytest.mark.parametrize("windowed", [True, False])
+def test_a_windowed_familys_first_call_runs_one_pass_at_the_pruned_bound(windowed,
+                                                                        monkeypatch):
+    """The first DP call of solve's search over a windowed family (no earlier optimum of it)
+    runs one pass capped at the pruned family's optimum; unwindowed, it deepens from
+    dp._FIRST_TCAP."""
+    g = ls.Graph.chain(24, cost=10, memory=10)
+    never, mls = planner._Deadline(None), ls.DEFAULT_MAX_LOWER_SETS
+    monkeypatch.setattr(ls.dp, "WINDOWED_CONTRACTED_NODES", 1 if windowed else g.n + 1)
+    b = ls.min_budget(g)
+    bound = planner._paper(g, "approx", "time", b, mls, never).overhead
+    assert bound > 4 * ls.dp._FIRST_TCAP   # the deepening takes several passes
+    real, caps = ls.dp._run_front_dp, []
+
+    def counted(G, fam, budget, maximize, deadline, tcap, bound=None):
+        caps.append(tcap)
+        return real(G, fam, budget, maximize, deadline, tcap, bound)
+
+    monkeypatch.setattr(ls.dp, "_run_front_dp", counted)
+    front = planner._paper_time(g, "contracted", b, mls, never)
+    assert caps == [bound] if windowed else caps[0] == ls.dp._FIRST_TCAP < caps[-1]
+    assert front[0].overhead == bound   # on a chain the pruned family is the whole one
+
+
+def test_futile():
+    """A descent's last step, continued over the probes left, must reach the budget."""
+    assert not planner._futile([100], 88, 4)            # one probe: no rate yet
+    assert planner._futile([100, 98], 88, 3)            # 10 bytes left, 2 a probe x 3 = 6
+    assert not planner._futile([100, 96], 88, 3)        # 8 left, 4 x 3 = 12
+    assert planner._futile([100, 100], 88, 4)           # no progress
+    assert planner._futile([100, 101], 88, 4)           # the peak went up
+    assert not planner._futile([100, 94], 88, 1)        # 6 left, 6 x 1 = 6: just reachable
+
+
+@pytest.mark.parametrize("give_up, peaks, probes", [
+    (True, [100, 98, 97, 96, 95], 2),     # futile after the second probe
+    (False, [100, 98, 97, 96, 95], 5),    # every probe of the descent
+    (True, [100, 94, 88, 80, 80], 5),     # on course: fits at the third, then bisects
+])
+def test_exhaustive_descent_gives_up_where_its_peaks_stop(give_up, peaks, probes,
+                                                           monkeypatch):
+    """_bisect_family's descent (no plan fitting yet) ends once its schedule peaks would not
+    reach the budget in the probes left; without give_up it takes all of them."""
+    calls = []
+
+    def paper_time(G, family, b, mls, deadline):
+        peak = peaks[len(calls)]
+        calls.append(b)
+        plan = types.SimpleNamespace(overhead=100 * len(calls), peak_memory=b)
+        plan.__dict__["_point"] = (plan.overhead, peak)
+        return [plan]
+
+    monkeypatch.setattr(planner, "_paper_time", paper_time)
+    found, ok, _ = planner._bisect_family(None, 88, "contracted", 10, 10_000, 4, 1,
+                                          planner._Deadline(None), start=1000,
+                                          give_up=give_up)
+    assert len(calls) == probes
+    assert (ok is not None) == (peaks[2] <= 88)
