@@ -855,7 +855,8 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
         more, _, _ = _bisect_family(G, budget, method, lo_e, max(lo_e, bad),
                                     EXACT_BISECTION_STEPS, max_lower_sets, deadline,
                                     start=ok if ok is not None else lo_e,
-                                    give_up=method != "exact")
+                                    give_up=method != "exact"
+                                    and G.n >= dp.windowed_from(method))
         found += more
     return found
 
@@ -863,9 +864,12 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
 def _futile(peaks, budget, left):
     """Whether a descent whose plans' schedule peaks were `peaks` (bytes, one per probe, none
     within `budget`) would not reach `budget` in `left` more probes at the rate of its last
-    step. On the traced transformer stacks the exhaustive family's peaks stop at a value the
-    eq. (2) budget does not move (LLaMA-style, 32 layers: 98.5 MB from an eq. (2) budget of 52
-    MB down to 37 MB, against 88.2 MB asked), and each probe costs seconds."""
+    step. The default search gives its exhaustive descent up there on a windowed family, where
+    each probe costs seconds and the peaks can stop at a value the eq. (2) budget does not
+    move (LLaMA-style stack, 32 layers: 98.5 MB from an eq. (2) budget of 52 MB down to 37 MB,
+    against 88.2 MB asked). Below the windowed sizes it does not: a probe costs little there,
+    and on the Inception-like blocks of 100-500 nodes the peaks fall slowly, then at once
+    (halfway at 9 blocks: 228.6 and 220.2 MB, then within 161.5 MB)."""
     if len(peaks) < 2:
         return False
     return peaks[-1] - budget > left * (peaks[-2] - peaks[-1])
@@ -943,7 +947,7 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
         # one pass capped at the bound costs less than the deepening's passes below it where
         # the bound lies close above the optimum: an optimum of this family at a smaller
         # budget, or on a windowed family (500 nodes or more) the pruned family's (the
-        # contracted family's optimum within 4-23% below it on the traced stacks)
+        # contracted family's optimum 1-4% below it on the LLaMA-style stack at 32 layers)
         jump = below is not None and below == bound or G.n >= dp.windowed_from(family)
         cache[key] = dp.time_front(G, b, family, max_lower_sets=max_lower_sets,
                                    time_limit=deadline.left(), overhead_bound=bound,

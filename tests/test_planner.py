@@ -537,3 +537,26 @@ def test_exhaustive_descent_gives_up_where_its_peaks_stop(give_up, peaks, probes
                                           give_up=give_up)
     assert len(calls) == probes
     assert (ok is not None) == (peaks[2] <= 88)
+
+
+@pytest.mark.parametrize("method, windowed, give_up", [
+    ("auto", False, False), ("auto", True, True), ("contracted", True, True),
+    ("exact", True, False)])
+def test_the_default_gives_the_exhaustive_descent_up_only_where_windowed(
+        method, windowed, give_up, monkeypatch):
+    """solve's search over the exhaustive family may end its descent early (planner._futile)
+    only on a windowed family and not with method="exact"."""
+    g = _inception_like()
+    monkeypatch.setattr(ls.dp, "WINDOWED_CONTRACTED_NODES", 1 if windowed else g.n + 1)
+    least = ls.min_peak(_inception_like(), "exact").schedule.peak
+    budget = (least + ls.schedule(g).peak) // 2
+    real, seen = planner._bisect_family, []
+
+    def spy(G, budget, family, *args, **kwargs):
+        if family != "approx":
+            seen.append(kwargs.get("give_up", False))
+        return real(G, budget, family, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "_bisect_family", spy)
+    ls.solve(g, budget, method=method)
+    assert seen == [give_up]
