@@ -854,25 +854,9 @@ def _bisect(G, budget, method, max_lower_sets, deadline):
             return found
         more, _, _ = _bisect_family(G, budget, method, lo_e, max(lo_e, bad),
                                     EXACT_BISECTION_STEPS, max_lower_sets, deadline,
-                                    start=ok if ok is not None else lo_e,
-                                    give_up=method != "exact"
-                                    and G.n >= dp.windowed_from(method))
+                                    start=ok if ok is not None else lo_e)
         found += more
     return found
-
-
-def _futile(peaks, budget, left):
-    """Whether a descent whose plans' schedule peaks were `peaks` (bytes, one per probe, none
-    within `budget`) would not reach `budget` in `left` more probes at the rate of its last
-    step. The default search gives its exhaustive descent up there on a windowed family, where
-    each probe costs seconds and the peaks can stop at a value the eq. (2) budget does not
-    move (LLaMA-style stack, 32 layers: 98.5 MB from an eq. (2) budget of 52 MB down to 37 MB,
-    against 88.2 MB asked). Below the windowed sizes it does not: a probe costs little there,
-    and on the Inception-like blocks of 100-500 nodes the peaks fall slowly, then at once
-    (halfway at 9 blocks: 228.6 and 220.2 MB, then within 161.5 MB)."""
-    if len(peaks) < 2:
-        return False
-    return peaks[-1] - budget > left * (peaks[-2] - peaks[-1])
 
 
 def _exhaustive_floor(G, method, lo, max_lower_sets, deadline):
@@ -955,22 +939,19 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
     return cache[key]
 
 
-def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, start=None,
-                   give_up=False):
+def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, start=None):
     """Search the eq. (2) budget in [lo, hi] of the time-centric DP of `family` for the largest
     one whose plan's schedule fits `budget` (bytes), in at most ``steps + 1`` DP calls.
 
     The first probe is at `start` (default `lo`). Until a plan fits, each next probe is
     :data:`DESCENT` times the last, or below the last plan's eq. (2) peak if that is lower (not
-    below `lo`); with `give_up`, this descent ends where it is :func:`_futile`. Once a plan
-    fits, each probe is the geometric midpoint of the last budget that fit and the first that
-    did not. Returns (plans that fit, last eq. (2) budget that fit or None, first that did
-    not)."""
+    below `lo`); after that, the geometric midpoint of the
+    last budget that fit and the first that did not. Returns (plans that fit, last eq. (2)
+    budget that fit or None, first that did not)."""
     found, ok, bad = [], None, hi
     floor = 0   # the DP's least overhead at `bad` (plans below `bad` overhead at least this)
-    failed = []   # the descent's schedule peaks (bytes), one per probe
     b = lo if start is None else min(max(start, lo), hi)
-    for left in range(steps, -1, -1):
+    for _ in range(steps + 1):
         plans = _anytime(deadline, _paper_time, G, family, b, max_lower_sets, deadline)
         if plans is None:
             break
@@ -981,8 +962,7 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
         else:
             bad, floor = b, s.overhead
         if ok is None:
-            failed.append(_point(s)[1])
-            if b <= lo or give_up and _futile(failed, budget, left):
+            if b <= lo:
                 break
             # every eq. (2) budget from the plan's own eq. (2) peak up to b gives a plan of the
             # same overhead: the next probe is below it
