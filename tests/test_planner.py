@@ -502,3 +502,34 @@ def test_a_windowed_familys_first_call_runs_one_pass_at_the_pruned_bound(windowe
     assert caps == [bound] if windowed else caps[0] == ls.dp._FIRST_TCAP < caps[-1]
     assert front[0].overhead == bound   # on a chain the pruned family is the whole one
 
+
+
+@pytest.mark.parametrize("reserve, probes", [(True, 2), (False, 3)])
+def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, monkeypatch):
+    """Under a time limit, solve's search over the exhaustive family does not start a DP call
+    that, at the last one's pace, would leave the local search after it less than that pace
+    (planner._leaves_local_search); without `reserve` it runs into the limit. A fake clock:
+    each call takes 3 s, the limit is 10 s, no plan fits."""
+    from lowerset import _limits
+
+    now = [0.0]
+    monkeypatch.setattr(_limits, "clock", lambda: now[0])
+    deadline = planner._Deadline(10.0)
+    calls = []
+
+    def paper_time(G, family, b, mls, deadline):
+        if now[0] + 3 > deadline.limit:
+            now[0] = deadline.limit + 0.1
+            raise ls.SearchLimitError("time limit passed", limit="time_limit")
+        now[0] += 3
+        calls.append(b)
+        plan = types.SimpleNamespace(overhead=10, peak_memory=b)
+        plan.__dict__["_point"] = (10, 1000)
+        return [plan]
+
+    monkeypatch.setattr(planner, "_paper_time", paper_time)
+    found, ok, _ = planner._bisect_family(None, 88, "contracted", 10, 10_000, 4, 1, deadline,
+                                          start=1000, reserve=reserve)
+    assert len(calls) == probes and not found and ok is None
+    assert any("leaving the local search time" in c for c in deadline.cut) == reserve
+    assert deadline.cut   # either way the call says it was cut
