@@ -122,9 +122,9 @@ class SearchLimitError(LowersetError):
 
 
 class TimeLimitWarning(UserWarning):
-    """A planner call (``solve``, ``min_peak``, ``pareto``) reached its time limit and returned
-    the best plan it had found; the message names the steps it cut and how to search further
-    (``time_limit=None``)."""
+    """A planner call (``solve``, ``min_peak``, ``pareto``) reached its time limit, or skipped
+    search steps that would have run past it, and returned the best plan it had found; the
+    message names the steps it cut and how to search further (``time_limit=None``)."""
 
 
 class UnmodeledMemoryWarning(UserWarning):

@@ -188,8 +188,10 @@ def _warn_if_cut(deadline, call, G, plan):
         return
     point = "" if plan is None else (f": peak {_point(plan)[1]:,} bytes, recomputation "
                                      f"{_point(plan)[0]:,} cost units")
+    how = ("reached its time limit of" if deadline.passed()
+           else "skipped search steps that would have run past its time limit of")
     warnings.warn(TimeLimitWarning(
-        f"{call} reached its time limit of {deadline.limit:.3g} s on a graph of {G.n:,} "
+        f"{call} {how} {deadline.limit:.3g} s on a graph of {G.n:,} "
         f"nodes and returns the best plan it found{point}; the search steps cut: "
         f"{', '.join(deadline.cut)}. Pass time_limit=None to search to the end, or a larger "
         "time_limit (seconds)"), stacklevel=3)
@@ -938,14 +940,12 @@ def _paper_time(G, family, b, max_lower_sets, deadline):
             bound = approx if bound is None else min(bound, approx)
         except InfeasibleBudgetError:
             pass   # b is below the pruned family's minimal budget
-        # one pass capped at the bound costs less than the deepening's passes below it where
-        # the bound lies close above the optimum: an optimum of this family at a smaller
-        # budget, or on a windowed family (500 nodes or more) the pruned family's (the
-        # contracted family's optimum 1-4% below it on the LLaMA-style stack at 32 layers)
-        jump = below is not None and below == bound or G.n >= dp.windowed_from(family)
+        # an optimum of this family at a smaller budget lies close above the one here: one
+        # pass capped at it costs less than the deepening's passes below it
         cache[key] = dp.time_front(G, b, family, max_lower_sets=max_lower_sets,
                                    time_limit=deadline.left(), overhead_bound=bound,
-                                   overhead_floor=floor, start_at_bound=jump)
+                                   overhead_floor=floor,
+                                   start_at_bound=below is not None and below == bound)
     return cache[key]
 
 

@@ -479,31 +479,6 @@ def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(sha
         [(s.overhead, s.lower_sets) for s in deepened]
 
 
-@pytest.mark.parametrize("windowed", [True, False])
-def test_a_windowed_familys_first_call_runs_one_pass_at_the_pruned_bound(windowed,
-                                                                        monkeypatch):
-    """The first DP call of solve's search over a windowed family (no earlier optimum of it)
-    runs one pass capped at the pruned family's optimum; unwindowed, it deepens from
-    dp._FIRST_TCAP."""
-    g = ls.Graph.chain(24, cost=10, memory=10)
-    never, mls = planner._Deadline(None), ls.DEFAULT_MAX_LOWER_SETS
-    monkeypatch.setattr(ls.dp, "WINDOWED_CONTRACTED_NODES", 1 if windowed else g.n + 1)
-    b = ls.min_budget(g)
-    bound = planner._paper(g, "approx", "time", b, mls, never).overhead
-    assert bound > 4 * ls.dp._FIRST_TCAP   # the deepening takes several passes
-    real, caps = ls.dp._run_front_dp, []
-
-    def counted(G, fam, budget, maximize, deadline, tcap, bound=None):
-        caps.append(tcap)
-        return real(G, fam, budget, maximize, deadline, tcap, bound)
-
-    monkeypatch.setattr(ls.dp, "_run_front_dp", counted)
-    front = planner._paper_time(g, "contracted", b, mls, never)
-    assert caps == [bound] if windowed else caps[0] == ls.dp._FIRST_TCAP < caps[-1]
-    assert front[0].overhead == bound   # on a chain the pruned family is the whole one
-
-
-
 @pytest.mark.parametrize("reserve, probes", [(True, 2), (False, 3)])
 def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, monkeypatch):
     """Under a time limit, solve's search over the exhaustive family does not start a DP call
@@ -532,4 +507,7 @@ def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, mon
                                           start=1000, reserve=reserve)
     assert len(calls) == probes and not found and ok is None
     assert any("leaving the local search time" in c for c in deadline.cut) == reserve
-    assert deadline.cut   # either way the call says it was cut
+    assert deadline.cut   # either way the call says it was cut, and how
+    how = "skipped search steps that would have run past" if reserve else "reached"
+    with pytest.warns(ls.TimeLimitWarning, match=f"solve {how} its time limit of 10 s"):
+        planner._warn_if_cut(deadline, "solve", ls.Graph.chain(3), None)
