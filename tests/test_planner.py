@@ -479,12 +479,19 @@ def test_an_exact_call_that_starts_close_below_its_bound_runs_one_pass_at_it(sha
         [(s.overhead, s.lower_sets) for s in deepened]
 
 
-@pytest.mark.parametrize("reserve, probes", [(True, 2), (False, 3)])
-def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, monkeypatch):
+@pytest.mark.parametrize("seconds, reserve, probes, skipped", [
+    ((3, 3, 3, 3, 3), True, 2, True),       # a third call would leave 1 s: not made
+    ((3, 3, 3, 3, 3), False, 3, False),     # runs into the limit in the fourth
+    ((5, 1, 1, 1, 1), True, 5, False),      # after the first call, 2.5 s a call are left
+    ((7, 1, 1, 1, 1), True, 1, True),       # after the first call, 3.5 s are not
+])
+def test_the_exhaustive_search_leaves_the_local_search_time(seconds, reserve, probes, skipped,
+                                                            monkeypatch):
     """Under a time limit, solve's search over the exhaustive family does not start a DP call
-    that, at the last one's pace, would leave the local search after it less than that pace
-    (planner._leaves_local_search); without `reserve` it runs into the limit. A fake clock:
-    each call takes 3 s, the limit is 10 s, no plan fits."""
+    that, at the last one's pace (half the first one's), would leave the local search after it
+    less than that pace (planner._leaves_local_search); without `reserve` it runs into the
+    limit. A fake clock: each call takes the given seconds, the limit is 10 s, no plan
+    fits."""
     from lowerset import _limits
 
     now = [0.0]
@@ -493,10 +500,11 @@ def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, mon
     calls = []
 
     def paper_time(G, family, b, mls, deadline):
-        if now[0] + 3 > deadline.limit:
+        took = seconds[len(calls)]
+        if now[0] + took > deadline.limit:
             now[0] = deadline.limit + 0.1
             raise ls.SearchLimitError("time limit passed", limit="time_limit")
-        now[0] += 3
+        now[0] += took
         calls.append(b)
         plan = types.SimpleNamespace(overhead=10, peak_memory=b)
         plan.__dict__["_point"] = (10, 1000)
@@ -506,8 +514,10 @@ def test_the_exhaustive_search_leaves_the_local_search_time(reserve, probes, mon
     found, ok, _ = planner._bisect_family(None, 88, "contracted", 10, 10_000, 4, 1, deadline,
                                           start=1000, reserve=reserve)
     assert len(calls) == probes and not found and ok is None
-    assert any("leaving the local search time" in c for c in deadline.cut) == reserve
-    assert deadline.cut   # either way the call says it was cut, and how
-    how = "skipped search steps that would have run past" if reserve else "reached"
-    with pytest.warns(ls.TimeLimitWarning, match=f"solve {how} its time limit of 10 s"):
-        planner._warn_if_cut(deadline, "solve", ls.Graph.chain(3), None)
+    assert any("leaving the local search time" in c for c in deadline.cut) == skipped
+    if skipped or not reserve:   # the call says it was cut, and how
+        how = "skipped search steps that would have run past" if skipped else "reached"
+        with pytest.warns(ls.TimeLimitWarning, match=f"solve {how} its time limit of 10 s"):
+            planner._warn_if_cut(deadline, "solve", ls.Graph.chain(3), None)
+    else:
+        assert not deadline.cut
