@@ -966,7 +966,7 @@ def _bisect_family(G, budget, family, lo, hi, steps, max_lower_sets, deadline, s
     b = lo if start is None else min(max(start, lo), hi)
     # the seconds a next probe takes: the last one's, or half the first one's (it deepens
     # from 4 cost units with caps 4x apart, and its passes before the last take about as
-    # long as its last: 0.9-2.9 s against 1.3-2.0 s on the traced LLaMA-style stack at 32
+    # long as its last: 1.0-2.6 s against 1.3-2.0 s on the traced LLaMA-style stack at 32
     # layers and the Inception-like one at 2,499 nodes; a later probe is one pass)
     pace = None
     for i in range(steps + 1):
