@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) the PyTorch environment at .venv-torch in the repo root: lowerset with its
-# torch, test, examples, hf and lint extras (torch 2.13.0, the CPU build on this machine's disk,
+# torch, test, examples, hf, optimum and lint extras (torch 2.13.0, the CPU build on this
+# machine's disk, highspy for lowerset.optimum in examples/bench_floor.py,
 # torchvision 0.28.0, transformers 5.24.0, and mypy for torch_ext's type check). Sourced by
 # scripts/test.sh, scripts/bench_torch.sh and scripts/lint.sh.
 #
@@ -23,6 +24,6 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     # the CPU build first, so that torchvision's torch==2.13.0 is met by it, not by PyPI's
     # CUDA build (pip takes 2.13.0+cpu from the machine's wheel folder)
     "$VENV_TORCH/bin/python" -m pip install --quiet "torch==2.13.0"
-    "$VENV_TORCH/bin/python" -m pip install --quiet -e "$ROOT[torch,test,examples,hf,lint]"
+    "$VENV_TORCH/bin/python" -m pip install --quiet -e "$ROOT[torch,test,examples,hf,optimum,lint]"
     echo "$WANT" > "$STAMP"
 fi

@@ -80,6 +80,10 @@ def _bench_optimality(data):
     return _example("bench_optimality").markdown(data)
 
 
+def _bench_floor(data):
+    return _example("bench_floor").markdown(data)
+
+
 def _bench_budgets(data):
     return _example("bench_budgets").markdown(data)
 
@@ -127,6 +131,8 @@ TABLES = {
     "bench_optimality": ("bench_optimality.json", _bench_optimality,
                          "python examples/bench_optimality.py --json "
                          "results/bench_optimality.json"),
+    "bench_floor": ("bench_floor.json", _bench_floor,
+                    "python examples/bench_floor.py --threads 1"),
     "budgets": ("budgets.json", _bench_budgets, "python examples/bench_budgets.py"),
     "bench_executor": ("bench_executor.json", _bench_executor,
                        "python examples/bench_executor.py"),
