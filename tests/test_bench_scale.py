@@ -2,8 +2,10 @@
 
 import json
 
+import numpy as np
 import pytest
 
+import lowerset as ls
 from examples import bench_scale as bs
 
 
@@ -60,3 +62,25 @@ def test_the_traced_family_needs_torch(capsys):
     with pytest.raises(SystemExit) as info:
         bs.main(["--families", "gpt", "--no-picture"])
     assert info.value.code == 2 and "PyTorch" in capsys.readouterr().err
+
+
+def test_boundary_sum_by_hand_and_against_the_boundaries_of_the_prefixes():
+    g = ls.Graph(list("abcd"), [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")],
+                 cost=dict.fromkeys("abcd", 1), memory=dict.fromkeys("abcd", 1))
+    assert bs.boundary_sum(g) == 1 + 2 + 2   # {a}, {a, b}, {a, b, c}: a stays until d
+    assert bs.boundary_sum(ls.Graph.chain(5)) == 4
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(2, 12))
+        edges = [(i, j) for j in range(n) for i in range(j) if rng.random() < 0.3]
+        g = ls.Graph(range(n), edges, cost=dict.fromkeys(range(n), 1),
+                     memory=dict.fromkeys(range(n), 1))
+        prefixes = [g.labels[:k] for k in range(1, g.n)]
+        assert bs.boundary_sum(g) == sum(len(ls.boundary(g, p)) for p in prefixes)
+
+
+def test_the_unets_long_skips_make_the_boundary_sum_grow_as_n_squared():
+    def ratio(family):
+        small, large = (bs.boundary_sum(bs.block_graphs.build(family, d)) for d in (20, 40))
+        return large / small
+    assert ratio("unet") > 3.5 and ratio("transformer") < 2.2
