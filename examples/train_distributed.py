@@ -18,15 +18,19 @@ trace pins every collective, so none is recomputed. ``torch_ext.verify`` checks 
 step against a plain one, bitwise; then each training step is measured with
 ``torch_ext.peak_memory`` beside the schedule's prediction.
 
-Under FSDP2 the schedule does not model the parameters FSDP2 gathers and frees around each
-block in the backward pass or its reduce-scatter buffers: ``trace`` warns, and the measured
-peak is above the prediction (the printed difference shows by how much).
+Under FSDP2 the trace measures what FSDP2 holds outside the traced operations (the parameters
+it gathers and frees around each block in the forward and backward passes, its gradient
+buffers) and every plan's schedule adds those bytes at the same positions
+(``ExecutionFacts.outside_forward``, ``outside_backward``).
 
-With ``--compare``, each rank then measures one step three ways side by side under the same
+With ``--compare``, each rank then measures one step at a time side by side under the same
 wrapper: plain, per-block activation checkpointing (each block run by non-reentrant
-``torch.utils.checkpoint``, what FSDP2 users apply today) and the plan: the peak above the
-step's start (bytes) and the FLOPs recomputed (``FlopCounterMode``'s count of the step minus
-the plain step's; matrix products and attention, as its formulas count).
+``torch.utils.checkpoint``, what FSDP2 users apply today), and rank 0's plans at the least
+peak and at ``BUDGET_SHARES`` of the way from it to the plain step's predicted peak: the peak
+above the step's start (bytes) beside the schedule's prediction, the FLOPs recomputed
+(``FlopCounterMode``'s count of the step minus the plain step's; matrix products and
+attention, as its formulas count) and, for each plan, whether ``torch_ext.verify`` finds its
+loss and gradients bitwise equal to a plain step's.
 """
 
 import argparse
@@ -51,6 +55,8 @@ import torch_ext  # noqa: E402
 from torch_models import GPTStack  # noqa: E402
 
 WRAPPERS = ("ddp", "fsdp2")
+#: --compare plans at these shares of the way from the least peak to the plain step's
+BUDGET_SHARES = (0.25, 0.5, 0.75)
 
 
 def parse(argv=None):
@@ -185,18 +191,17 @@ def train(args, rank, device):
                      "predicted": predicted, "verified": checked.ok,
                      "recomputed": len(plan.schedule.recomputed)})
     if args.compare:
-        rows[-1]["compare"] = compare(model, wrapped, step, context, device)
+        rows[-1]["compare"] = compare(model, wrapped, step, graph, rank, args.wrapper, device)
     return rows
 
 
-def compare(model, wrapped, step, context, device):
-    """Peak above the step's start (bytes) and FLOPs recomputed of one step of this rank:
-    plain, per-block checkpoint (bench_torch's :class:`Checkpointed` around each block, which
-    under FSDP2 stays the sharded module, its hooks unchanged), and under `context` (the
-    plan)."""
+def compare(model, wrapped, step, graph, rank, wrapper, device):
+    """One step of this rank per method: plain, per-block checkpoint (bench_torch's
+    :class:`Checkpointed` around each block, which under FSDP2 stays the sharded module, its
+    hooks unchanged) and rank 0's plans at the least peak and at each of :data:`BUDGET_SHARES`:
+    a list of rows with the measured peak above the step's start and the prediction (bytes),
+    the FLOPs recomputed and, for the plans, whether they are bitwise."""
     from bench_torch import Checkpointed, run_step
-
-    blocks = list(model.blocks)
 
     def measured(ctx):
         def run():
@@ -208,18 +213,48 @@ def compare(model, wrapped, step, context, device):
         wrapped.zero_grad(set_to_none=True)
         return peak, counter.get_total_flops()
 
+    resident = graph.facts.resident
     plain = measured(None)
+    rows = [{"method": "plain", "budget": None, "peak": plain[0], "recomputed_flops": 0,
+             "predicted": _kept_all(graph).schedule.peak - resident}]
+    blocks = list(model.blocks)
     for i, block in enumerate(blocks):
         model.blocks[i] = Checkpointed(block)
     try:
-        per_block = measured(None)
+        peak, flops = measured(None)
     finally:
         for i, block in enumerate(blocks):
             model.blocks[i] = block
-    ours = measured(context)
-    return {name: {"peak": peak, "recomputed_flops": flops - plain[1]}
-            for name, (peak, flops) in (("plain", plain), ("checkpoint per block", per_block),
-                                        ("plan", ours))}
+    rows.append({"method": "checkpoint per block", "budget": None, "peak": peak,
+                 "recomputed_flops": flops - plain[1], "predicted": None})
+    for budget in [None] + shared_budgets(graph, rank):
+        plan = shared_plan(graph, budget, rank, wrapper)
+        bitwise = torch_ext.verify(step, plan, model=wrapped).ok
+        wrapped.zero_grad(set_to_none=True)
+        peak, flops = measured(torch_ext.RecomputeContext(plan, model=wrapped))
+        rows.append({"method": "plan", "budget": budget, "peak": peak,
+                     "recomputed_flops": flops - plain[1],
+                     "predicted": plan.schedule.peak - resident, "bitwise": bitwise})
+    return rows
+
+
+def _kept_all(graph):
+    """The plan that drops nothing: the plain step as the executor runs it (under FSDP2 the
+    trace measures the bytes outside the graph against its schedule, see
+    ``torch_ext._outside``)."""
+    return lowerset.CanonicalStrategy(graph, [set(graph.labels)])
+
+
+def shared_budgets(graph, rank):
+    """Rank 0's byte budgets (whole step) at :data:`BUDGET_SHARES` of the way from its least
+    peak to the predicted peak of its plan that drops nothing, broadcast to every rank."""
+    payload = [None]
+    if rank == 0:
+        least = lowerset.min_peak(graph).schedule.peak
+        plain = _kept_all(graph).schedule.peak
+        payload = [[int(least + f * (plain - least)) for f in BUDGET_SHARES]]
+    dist.broadcast_object_list(payload, src=0)
+    return payload[0]
 
 
 def report(args, world, gathered):
@@ -234,26 +269,38 @@ def report(args, world, gathered):
                   f"verified {'bitwise' if r['verified'] else 'NOT bitwise'}, "
                   f"{r['recomputed']} nodes recomputed, peak measured {r['measured']:,} B, "
                   f"predicted {r['predicted']:,} B ({diff:+.1%})")
-            for name, c in r.get("compare", {}).items():
-                print(f"  rank {r['rank']}, {name}: peak measured {c['peak']:,} B, "
-                      f"{c['recomputed_flops'] / 1e6:,.1f} MFLOP recomputed")
+            for c in r.get("compare", ()):
+                print(f"  rank {r['rank']}, {_label(c)}: peak measured {c['peak']:,} B"
+                      + ("" if c["predicted"] is None else f", predicted {c['predicted']:,} B "
+                         f"({_error(c):+.1%})")
+                      + f", {c['recomputed_flops'] / 1e6:,.1f} MFLOP recomputed"
+                      + ("" if c.get("bitwise", True) else ", NOT bitwise"))
+
+
+def _label(c):
+    if c["method"] != "plan":
+        return c["method"]
+    return "plan, least peak" if c["budget"] is None else f"plan, budget {c['budget']:,} B"
+
+
+def _error(c):
+    """The measured peak's distance from the prediction, over the prediction."""
+    return (c["peak"] - c["predicted"]) / max(1, c["predicted"])
 
 
 def compare_markdown(rows):
-    """The side-by-side table of a ``--compare`` run's rows (its ``--json``): per rank, its
-    last step measured plain, under per-block checkpoint and under the plan, with the plan's
-    predicted peak."""
-    def cell(x):
-        return f"{x['peak']:,} B, {x['recomputed_flops'] / 1e6:,.1f} MFLOP"
-
-    lines = ["| rank | plain | checkpoint per block | plan | plan predicted |",
-             "|---|---|---|---|---|"]
+    """The side-by-side table of a ``--compare`` run's rows (its ``--json``): per rank and
+    method of its last step, the measured and predicted peak above the step's start, the
+    FLOPs recomputed and whether the plan is bitwise."""
+    lines = ["| rank | method | measured peak (B) | predicted (B) | measured - predicted | "
+             "recomputed MFLOP | bitwise |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        if "compare" in r:
-            c = r["compare"]
-            lines.append(f"| {r['rank']} | {cell(c['plain'])} | "
-                         f"{cell(c['checkpoint per block'])} | {cell(c['plan'])} | "
-                         f"{r['predicted']:,} B |")
+        for c in r.get("compare", ()):
+            pred = "-" if c["predicted"] is None else f"{c['predicted']:,}"
+            err = "-" if c["predicted"] is None else f"{_error(c):+.2%}"
+            bit = {True: "yes", False: "**no**", None: "-"}[c.get("bitwise")]
+            lines.append(f"| {r['rank']} | {_label(c)} | {c['peak']:,} | {pred} | {err} | "
+                         f"{c['recomputed_flops'] / 1e6:,.1f} | {bit} |")
     return "\n".join(lines) + "\n"
 
 

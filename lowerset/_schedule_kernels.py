@@ -389,7 +389,7 @@ def _new(bsize, brefs, nb, nbytes):
 def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, out_bytes,
          out_view, state, stoch, arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
          grad_out, fpeak, bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-         efree_idx, gs_target, gs_bytes, gs_arrivals):
+         efree_idx, out_at, bwd, gs_target, gs_bytes, gs_arrivals):
     """Pass 3: bytes in use after each event and at each event's highest point.
 
     :func:`fold_run` over the events from :func:`fold_start` (with the gradients that exist
@@ -407,7 +407,7 @@ def fold(kind, node, nbytes, optr, oidx, resident, n_out, n_targets, out_ptr, ou
                                       out_view, state, stoch, arg_ptr, arg_target, arg_size,
                                       arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
                                       sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-                                      efree_idx, ws, 0)
+                                      efree_idx, out_at, bwd, ws, 0)
     timeline += resident
     highs += resident
     return timeline, highs
@@ -448,7 +448,8 @@ def fold_start(n_out, n_targets, n, n_args, gs_target, gs_bytes, gs_arrivals, su
         and state (shape (n,)), -1 when not held, -2 for a view of an external array; the
         pending gradient of each target (shape (n_targets,)); the output gradients a backward
         is using (shape (n_out,)); the argument gradients of one backward (shape (max(1,
-        n_args),)); ``scal = [bytes in use, buffers made]`` (shape (2,)); the buffer of each
+        n_args),)); ``scal = [bytes in use, buffers made, bytes outside the graph now,
+        backward events folded (-1 before the backward pass)]`` (shape (4,)); the buffer of each
         external array made in the step, -1 when not held (shape (n_targets - n_out,)); per
         target, the gradient that existed at the start while it waits for the arrivals, -1
         when none waits, and the arrivals still to come (shape (n_targets,) each).
@@ -464,7 +465,8 @@ def fold_start(n_out, n_targets, n, n_args, gs_target, gs_bytes, gs_arrivals, su
     pend, top = _filled(ws, top, n_targets, -1)
     gy, top = _filled(ws, top, n_out, -1)
     gx, top = _take(ws, top, max(1, n_args))
-    scal, top = _filled(ws, top, 2, 0)
+    scal, top = _filled(ws, top, 4, 0)
+    scal[3] = -1
     ebuf, top = _filled(ws, top, n_ext, -1)
     gacc, top = _filled(ws, top, n_targets, -1)
     left, top = _filled(ws, top, n_targets, 0)
@@ -512,7 +514,8 @@ def fold_compact(st, cap):
 @njit(cache=True)
 def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
               arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
-              bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx):
+              bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, out_at,
+              bwd):
     """Fold all events but the last into `st` (:func:`fold_run`), then say what the last would
     need: the bytes above the level after them that it would reach at its highest point (run
     on a copy of the state, which it leaves as it is).
@@ -532,7 +535,7 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
                                       out_bytes, out_view, state, stoch, arg_ptr, arg_target,
                                       arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
                                       bpeak, sum_inplace, ext_bytes, made_ptr, made_idx,
-                                      efree_ptr, efree_idx, ws, 0)
+                                      efree_ptr, efree_idx, out_at, bwd, ws, 0)
     copy = (st[0].copy(), st[1].copy(), st[2].copy(), st[3].copy(), st[4].copy(),
             st[5].copy(), st[6].copy(), st[7].copy(), st[8].copy(), st[9].copy(),
             st[10].copy())
@@ -541,16 +544,16 @@ def fold_need(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, 
                                         stoch, arg_ptr, arg_target, arg_size, arg_gsize,
                                         arg_grad, arg_gview, grad_out, fpeak, bpeak,
                                         sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-                                        efree_idx, ws, 0)
+                                        efree_idx, out_at, bwd, ws, 0)
     high = highs.max() if n > 1 else -1
-    return st, last_high[0] - st[7][0], high
+    return st, last_high[0] - st[7][0] - st[7][2], high
 
 
 @njit(cache=True)
 def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, state, stoch,
              arg_ptr, arg_target, arg_size, arg_gsize, arg_grad, arg_gview, grad_out, fpeak,
-             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, ws, top,
-             stop=NO_STOP):
+             bpeak, sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr, efree_idx, out_at,
+             bwd, ws, top, stop=NO_STOP):
     """The memory fold of events from state `st` (:func:`fold_start`); the one statement of
     how events use memory, for :func:`fold` and for a runtime that builds its events one by
     one (:func:`lowerset.baselines.dtr`).
@@ -576,9 +579,16 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     its start level includes them) and, after its highest point, frees those freed after it
     (``efree_idx`` from ``efree_ptr``). An event's highest point is its start level plus the
     larger of what it allocates (for a BACKWARD with its sums, for a REMATERIALIZE with its
-    duplicates) and its measured peak (`fpeak`, `bpeak`). The fold stops after the first event
-    whose highest point passes `stop` (bytes, resident not included): a search that only needs
-    to know whether a schedule stays within a peak.
+    duplicates) and its measured peak (`fpeak`, `bpeak`). Beside the graph's arrays, the step
+    holds bytes outside it that no plan changes (``ExecutionFacts.outside_forward``,
+    ``outside_backward``): ``out_at[v]`` during the FORWARD of ``v`` and the events after it
+    up to the next compute event, ``out_at[n + w]`` from the backward pass's first compute
+    event for ``w`` (the recomputations before its BACKWARD) through that BACKWARD and the
+    frees after it, where ``w`` is the next node of `bwd` whose BACKWARD has not run (a
+    REMATERIALIZE before the backward pass counts as forward); they are added to the bytes in
+    use. The fold stops after the first event whose highest point passes `stop` (bytes,
+    resident not included): a search that only needs to know whether a schedule stays within
+    a peak.
 
     Returns
     -------
@@ -592,9 +602,12 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
         docstring).
     """
     n_ev = kind.shape[0]
+    n = state.shape[0]
     bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left = st
     used = scal[0]
     nb = scal[1]
+    out = scal[2]
+    kb = scal[3]
     cap = bsize.shape[0]
     timeline, top = _take(ws, top, n_ev)
     highs, top = _take(ws, top, n_ev)
@@ -610,6 +623,12 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
     for i in range(n_ev):
         k = kind[i]
         v = node[i]
+        if k == FORWARD:
+            out = out_at[v]
+        elif k == SEED_GRAD or k == RECOMPUTE or k == BACKWARD or (k == REMATERIALIZE
+                                                                    and kb >= 0):
+            kb = max(kb, 0)
+            out = out_at[n + bwd[kb]] if kb < bwd.shape[0] else 0
         if k == FORWARD:  # the arrays the step makes outside the graph before this function
             for j in range(made_ptr[v], made_ptr[v + 1]):
                 e = made_idx[j]
@@ -695,13 +714,17 @@ def fold_run(st, kind, node, nbytes, optr, oidx, out_ptr, out_bytes, out_view, s
                 if gy[o] >= 0:
                     used -= _unref(bsize, brefs, gy[o])
                     gy[o] = -1
-        timeline[i] = used
-        highs[i] = used + extra
+        timeline[i] = used + out
+        highs[i] = used + extra + out
+        if k == BACKWARD:
+            kb += 1
         if highs[i] > stop:
             n_ev = i + 1
             break
     scal[0] = used
     scal[1] = nb
+    scal[2] = out
+    scal[3] = kb
     return ((bsize, brefs, val, sbuf, pend, gy, gx, scal, ebuf, gacc, left), timeline[:n_ev],
             highs[:n_ev], top)
 
@@ -825,8 +848,8 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                   rout_ptr, rout_idx, n_out, n_targets, resident, out_ptr, out_node, out_bytes,
                   out_view, arg_out, arg_target, arg_size, arg_gsize, arg_grad, arg_gview,
                   returned, held, seed, grad_out, fpeak, bpeak, sum_inplace, ext_bytes,
-                  made_ptr, made_idx, efree_ptr, efree_idx, gs_target, gs_bytes, gs_arrivals,
-                  cost, ws, cost_cap=NO_STOP, peak_cap=NO_STOP):
+                  made_ptr, made_idx, efree_ptr, efree_idx, out_at, gs_target, gs_bytes,
+                  gs_arrivals, cost, ws, cost_cap=NO_STOP, peak_cap=NO_STOP):
     """The peak (bytes, resident included) and the recomputation cost (cost units) of the
     schedule that drops `dropped`: the three passes and the fold, in one call that releases
     the GIL (a local search evaluates moves on several threads), its arrays from the arena
@@ -863,7 +886,7 @@ def peak_and_cost(dropped, fwd, fpos, bwd, state, stoch, arg_ptr, arg_node, rarg
                                         out_view, state, stoch, arg_ptr, arg_target, arg_size,
                                         arg_gsize, arg_grad, arg_gview, grad_out, fpeak, bpeak,
                                         sum_inplace, ext_bytes, made_ptr, made_idx, efree_ptr,
-                                        efree_idx, ws, top, peak_cap - resident)
+                                        efree_idx, out_at, bwd, ws, top, peak_cap - resident)
     high = 0
     for i in range(highs.shape[0]):
         if highs[i] > high:

@@ -130,7 +130,7 @@ class TimeLimitWarning(UserWarning):
 class UnmodeledMemoryWarning(UserWarning):
     """The step allocates memory its schedule leaves out, so a measured peak can be above the
     prediction; the message names what is left out (a front end warns when it traces such a
-    step, e.g. ``torch_ext.trace`` of a model sharded by FSDP2)."""
+    step, e.g. ``torch_ext.trace`` of a model sharded by FSDP2 with ``measure_memory=False``)."""
 
 
 class FormatError(LowersetError, ValueError):

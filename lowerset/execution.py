@@ -209,6 +209,15 @@ class ExecutionFacts:  # numpydoc ignore=PR02
         one is added into the existing gradient in place and released (PyTorch's
         AccumulateGrad runs once every gradient for the parameter has reached its input
         buffer, then adds the buffer into ``.grad``).
+    outside_forward : tuple of int
+        Per forward position, the bytes the step holds outside the graph while that function
+        runs, beyond what the other facts count (signed: negative where they count more):
+        memory a framework allocates and frees around the traced functions whatever the plan,
+        such as FSDP2's gathered parameters and gradient buffers, measured by the front end
+        (``torch_ext.trace``). Empty: none.
+    outside_backward : tuple of int
+        The same per backward position (`backward_order`), held through the recomputations
+        before that backward, the backward and the frees after it. Empty: none.
 
     Raises
     ------
@@ -232,6 +241,8 @@ class ExecutionFacts:  # numpydoc ignore=PR02
     external_made: tuple[int, ...] = ()
     external_free_after: tuple[int, ...] = ()
     grads_at_start: tuple[int, ...] = ()
+    outside_forward: tuple[int, ...] = ()
+    outside_backward: tuple[int, ...] = ()
 
     @property
     def resident(self) -> int:
@@ -301,6 +312,12 @@ class ExecutionFacts:  # numpydoc ignore=PR02
                              f"{bases!r}")
         self._check_made(graph, pos)
         self._check_grads_at_start()
+        for name, order in (("outside_forward", self.forward_order),
+                            ("outside_backward", self.backward_order)):
+            got = getattr(self, name)
+            if got and (len(got) != len(order) or not all(_is_int(b) for b in got)):
+                raise GraphError(f"{name} must be empty or have {len(order)} entries of bytes "
+                                 f"(int), one per entry of its order; got {len(got)}")
 
     def _check_made(self, graph, pos):
         """Raise GraphError unless `external_made` and `external_free_after` fit: -1 or forward
@@ -396,7 +413,8 @@ class ExecutionFacts:  # numpydoc ignore=PR02
                 tuple((labels[v], k) for v, k in self.returned),
                 tuple((labels[v], k) for v, k in self.seeds), self.grad_sum,
                 self.external_sizes, self.external_bases, self.external_made,
-                self.external_free_after, self.grads_at_start)
+                self.external_free_after, self.grads_at_start) + (
+                    (self.outside_forward, self.outside_backward) if measured else ())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (node ids as in the graph's node list)."""
@@ -411,7 +429,9 @@ class ExecutionFacts:  # numpydoc ignore=PR02
                 "external_bases": list(self.external_bases),
                 "external_made": list(self.external_made),
                 "external_free_after": list(self.external_free_after),
-                "grads_at_start": list(self.grads_at_start)}
+                "grads_at_start": list(self.grads_at_start),
+                "outside_forward": list(self.outside_forward),
+                "outside_backward": list(self.outside_backward)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ExecutionFacts:
@@ -433,7 +453,9 @@ class ExecutionFacts:  # numpydoc ignore=PR02
                    external_bases=tuple(d.get("external_bases", ())),
                    external_made=tuple(d.get("external_made", ())),
                    external_free_after=tuple(d.get("external_free_after", ())),
-                   grads_at_start=tuple(d.get("grads_at_start", ())))
+                   grads_at_start=tuple(d.get("grads_at_start", ())),
+                   outside_forward=tuple(d.get("outside_forward", ())),
+                   outside_backward=tuple(d.get("outside_backward", ())))
 
 
 def default_facts(graph: Graph) -> ExecutionFacts:
@@ -582,7 +604,11 @@ def _check_node(graph, v, nf, facts):
 
 
 def _nonneg(x):
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+    return _is_int(x) and x >= 0
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _listify(x):

@@ -453,7 +453,8 @@ class Graph:
         Notes
         -----
         Equal nodes, costs (cost units), memory (bytes), edges and execution facts, leaving out
-        the facts' measured ``forward_peak``/``backward_peak`` bytes. A strategy planned on one
+        the facts' measured ``forward_peak``/``backward_peak`` bytes and bytes outside the
+        graph (``outside_forward``, ``outside_backward``). A strategy planned on one
         trace of a step binds to another trace of it (another process, another worker) when the
         two match.
         """

@@ -417,7 +417,7 @@ Flat = namedtuple("Flat", "n n_out n_targets resident fwd fpos bwd out_ptr out_n
                           "arg_node arg_out arg_target arg_size arg_gsize arg_grad arg_gview "
                           "rarg_ptr rarg_idx rout_ptr rout_idx fpeak bpeak plain_free_bwd "
                           "sum_inplace held ext_bytes made_ptr made_idx efree_ptr efree_idx "
-                          "gs_target gs_bytes gs_arrivals")
+                          "out_at gs_target gs_bytes gs_arrivals")
 Flat.__doc__ = "The execution facts of a graph as flat int64/bool arrays (see _schedule_kernels)."
 
 
@@ -525,7 +525,20 @@ def _flatten(g):
         made_idx=_i64([e for x in made_at for e in x]),
         efree_ptr=_i64([0] + list(np.cumsum([len(x) for x in freed_at]))),
         efree_idx=_i64([e for x in freed_at for e in x]),
+        out_at=_outside(F, n),
         **_grads_at_start(F, n_out, ran, arg_ptr, arg_grad, _i64(arg_target)))
+
+
+def _outside(F, n):
+    """Bytes outside the graph per event (:func:`_k.fold_run`'s ``out_at``, int64, shape
+    (2n,)): ``ExecutionFacts.outside_forward`` at the forward node's id, ``outside_backward``
+    at n + the backward node's id; zeros where the facts have none."""
+    out = np.zeros(2 * n, dtype=np.int64)
+    if F.outside_forward:
+        out[np.asarray(F.forward_order, dtype=np.int64)] = F.outside_forward
+    if F.outside_backward:
+        out[n + np.asarray(F.backward_order, dtype=np.int64)] = F.outside_backward
+    return out
 
 
 def _grads_at_start(F, n_out, ran, arg_ptr, arg_grad, arg_target):
@@ -590,7 +603,7 @@ def _peak_and_cost(g, dropped, cost_cap=None, peak_cap=None):
         f.out_node, f.out_bytes, f.out_view, f.arg_out, f.arg_target, f.arg_size, f.arg_gsize,
         f.arg_grad, f.arg_gview, f.returned, f.held, f.seed, f.grad_out, f.fpeak, f.bpeak,
         f.sum_inplace, f.ext_bytes, f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx,
-        f.gs_target, f.gs_bytes, f.gs_arrivals, _cost_array(g), ws, _cap(cost_cap),
+        f.out_at, f.gs_target, f.gs_bytes, f.gs_arrivals, _cost_array(g), ws, _cap(cost_cap),
         _cap(peak_cap))
     if top > ws.shape[0]:
         _arena(top)   # the next call on this thread takes all it needs from the arena
@@ -761,7 +774,7 @@ class EventFold:
         self._facts = (f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
                        f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
                        f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes, f.made_ptr,
-                       f.made_idx, f.efree_ptr, f.efree_idx)
+                       f.made_idx, f.efree_ptr, f.efree_idx, f.out_at, f.bwd)
         self._st, _ = _k.fold_start(f.n_out, f.n_targets, f.n, int(f.arg_ptr[-1]),
                                     f.gs_target, f.gs_bytes, f.gs_arrivals, f.sum_inplace,
                                     _no_arena(), 0)
@@ -770,8 +783,8 @@ class EventFold:
 
     @property
     def used(self) -> int:
-        """Bytes in use now."""
-        return int(self._st[7][0]) + self.resident
+        """Bytes in use now (those outside the graph included)."""
+        return int(self._st[7][0] + self._st[7][2]) + self.resident
 
     def need(self, kind: IntArray, node: IntArray, nbytes: IntArray, optr: IntArray,
              oidx: IntArray) -> int:
@@ -816,8 +829,8 @@ def _fold(g, arrays):
                               f.out_ptr, f.out_bytes, f.out_view, f.state, f.stoch, f.arg_ptr,
                               f.arg_target, f.arg_size, f.arg_gsize, f.arg_grad, f.arg_gview,
                               f.grad_out, f.fpeak, f.bpeak, f.sum_inplace, f.ext_bytes,
-                              f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx, f.gs_target,
-                              f.gs_bytes, f.gs_arrivals)
+                              f.made_ptr, f.made_idx, f.efree_ptr, f.efree_idx, f.out_at, f.bwd,
+                              f.gs_target, f.gs_bytes, f.gs_arrivals)
     top = int(highs.max()) if highs.size else f.resident
     idx = int(np.argmax(highs)) if highs.size and top > f.resident else -1
     return MemoryFold(timeline=timeline, highs=highs, resident=f.resident,

@@ -9,15 +9,18 @@ import lowerset
 from lowerset.scheduling import inplace_groups
 
 from ._graph import TARGET_TOTAL_COST, TracedGraph
+from ._outside import outside_bytes
 from .exceptions import TraceError
 
 __all__ = ["build", "flop_costs"]
 
 
-def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate):
+def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate, outside=None):
     """The TracedGraph of a finished :class:`~torch_ext.trace._Recorder` (see ``trace``):
     `modes` go to ``attrs[0]["step"]``; with `accumulate`, every parameter that gets a
-    gradient has one when the step starts (``grads_at_start``)."""
+    gradient has one when the step starts (``grads_at_start``); with `outside` (the meter's
+    ``window_starts``), the bytes held outside the traced operations are measured
+    (:func:`torch_ext._outside.outside_bytes`)."""
     nodes = [op for op in rec.ops if op.node is not None]
     n = len(nodes)
     kept = _kept_for_unknown_reads(rec, nodes)
@@ -49,12 +52,19 @@ def build(rec, loss, windows, cost_model, time_unit, device, modes, accumulate):
     edges = sorted({(s, v) for v, nf in enumerate(facts_nodes) for s, _ in nf.args if s >= 0}
                    | {(u, v) for v, nf in enumerate(facts_nodes) for u in nf.after})
     memory = {op.node: sum(b for b, p in zip(op.out_bytes, op.views) if p < 0) for op in nodes}
-    try:
-        return TracedGraph(list(range(n)), edges, cost, memory, attrs, facts=facts,
-                           cost_model=cost_model, flop_unit=flop_unit,
-                           time_unit=unit, device=device)
-    except lowerset.GraphError as e:  # pragma: no cover - a trace bug, reported as such
-        raise TraceError(f"the recorded step does not make a valid graph: {e}") from e
+    def make(facts):
+        try:
+            return TracedGraph(list(range(n)), edges, cost, memory, attrs, facts=facts,
+                               cost_model=cost_model, flop_unit=flop_unit,
+                               time_unit=unit, device=device)
+        except lowerset.GraphError as e:  # pragma: no cover - a trace bug, reported as such
+            raise TraceError(f"the recorded step does not make a valid graph: {e}") from e
+
+    graph = make(facts)
+    if outside is None:
+        return graph
+    fwd, bwd = outside_bytes(graph, [op.index for op in nodes], outside)
+    return make(dataclasses.replace(facts, outside_forward=fwd, outside_backward=bwd))
 
 
 def _gradient_targets(facts):

@@ -24,7 +24,8 @@ from lowerset.exceptions import UnmodeledMemoryWarning
 from ._compat import ddp_rebuilt_buckets
 from .exceptions import TraceError
 
-__all__ = ["step_modes", "likely_cause", "autocast_state", "check_wrapper", "user_frame"]
+__all__ = ["step_modes", "likely_cause", "autocast_state", "check_wrapper", "user_frame",
+           "holds_fsdp2", "warn_fsdp2_unmeasured"]
 
 #: What a user does about DDP's first steps.
 _DDP_ADVICE = ("run two steps before tracing (DistributedDataParallel's first step skips the "
@@ -77,7 +78,7 @@ def check_wrapper(model):
     follow: FSDP1 (``FullyShardedDataParallel``), whose forward pass swaps the parameters'
     storage in and out, or a DistributedDataParallel before its steady step (one that has not
     yet rebuilt its gradient buckets, where it rebuilds them: with a static graph, or without
-    ``find_unused_parameters``). Warn where FSDP2 shards a module (:func:`_warn_if_fsdp2`)."""
+    ``find_unused_parameters``)."""
     if model is None or not torch.distributed.is_available():
         return
     from torch.distributed.fsdp import FullyShardedDataParallel
@@ -87,7 +88,6 @@ def check_wrapper(model):
                          "torch_ext does not run: its steps differ from the traced one; use "
                          "FSDP2 (torch.distributed.fsdp.fully_shard) or "
                          "DistributedDataParallel")
-    _warn_if_fsdp2(model)
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         return
     rebuilds = model.static_graph or not model.find_unused_parameters
@@ -96,21 +96,23 @@ def check_wrapper(model):
                          f"{_DDP_ADVICE}, then trace")
 
 
-def _warn_if_fsdp2(model):
-    """Warn (UnmodeledMemoryWarning) where a module of `model` is sharded by FSDP2: the trace
-    sees the forward pass's all-gathers, but the schedule leaves out what FSDP2 allocates
-    outside them (the parameters gathered again and freed around each module in the backward
-    pass, its reduce-scatter buffers)."""
+def holds_fsdp2(model):
+    """Whether a module of `model` is sharded by FSDP2 (``fully_shard``)."""
+    if model is None or not torch.distributed.is_available():
+        return False
     from torch.distributed.fsdp import FSDPModule
 
-    if any(isinstance(m, FSDPModule) for m in model.modules()):
-        warnings.warn(UnmodeledMemoryWarning(
-            "the model has modules sharded by FSDP2 (fully_shard): the schedule leaves out the "
-            "parameters FSDP2 gathers and frees around each module in the backward pass and "
-            "its reduce-scatter buffers, so a step's measured peak can be well above the "
-            "prediction (examples/train_distributed.py --wrapper fsdp2 prints by how much); "
-            "plan with a margin below the device's memory and measure a step with "
-            "torch_ext.peak_memory"), stacklevel=4)
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def warn_fsdp2_unmeasured():
+    """Warn (UnmodeledMemoryWarning) that a trace of an FSDP2 model with ``measure_memory=False``
+    leaves out what FSDP2 allocates around the traced operations."""
+    warnings.warn(UnmodeledMemoryWarning(
+        "the model has modules sharded by FSDP2 (fully_shard) and measure_memory=False: the "
+        "schedule leaves out the parameters FSDP2 gathers and frees around each module and its "
+        "reduce-scatter buffers, which the trace measures only with measure_memory=True, so a "
+        "step's measured peak can be well above the prediction"), stacklevel=4)
 
 
 def autocast_state(device):

@@ -117,12 +117,15 @@ class MemoryMeasure:
     windows : dict
         Window name -> highest bytes in use during the window above the level at its start.
     device : str
+    window_starts : dict
+        Window name -> bytes in use when the window first opened, above the start level.
     """
 
     peak: int
     end: int
     device: str
     windows: dict[str, int] = field(default_factory=dict)
+    window_starts: dict[str, int] = field(default_factory=dict)
 
 
 class MemoryMeter:
@@ -187,12 +190,14 @@ class MemoryMeter:
             torch.cuda.synchronize(self.device)
             peak = max(self._cuda_peak, torch.cuda.max_memory_allocated(self.device))
             windows: dict[str, int] = {}
+            starts: dict[str, int] = {}
             for name, start, high in self._cuda_marks:
                 windows[name] = max(windows.get(name, 0), high - start)
+                starts.setdefault(name, start - self._base)
             self.result = MemoryMeasure(
                 peak=max(0, peak - self._base),
                 end=torch.cuda.memory_allocated(self.device) - self._base,
-                device=str(self.device), windows=windows)
+                device=str(self.device), windows=windows, window_starts=starts)
             return False
         self._prof.__exit__(*exc)  # type: ignore[union-attr]  # __enter__ made it (CPU)
         if exc[0] is None:
@@ -264,13 +269,16 @@ def _fold_profile(prof, device):
         levels.append(level)
     peak = max([0] + levels)
     windows: dict[str, int] = {}
-    for name, start, end in marks:
+    starts: dict[str, int] = {}
+    for name, start, end in sorted(marks, key=lambda m: m[1]):
         lo = bisect.bisect_left(times, start)
         hi = bisect.bisect_right(times, end)
         base = levels[lo - 1] if lo > 0 else 0
         high = max([base] + levels[lo:hi]) - base
         windows[name] = max(windows.get(name, 0), high)
-    return MemoryMeasure(peak=peak, end=level, device=device, windows=windows)
+        starts.setdefault(name, base)
+    return MemoryMeasure(peak=peak, end=level, device=device, windows=windows,
+                         window_starts=starts)
 
 
 _T = TypeVar("_T")

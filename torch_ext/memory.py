@@ -11,6 +11,7 @@ order, and the trace measures each operation's workspace itself (``NodeFacts.for
 """
 
 import dataclasses
+import gc
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -102,9 +103,12 @@ def peak_memory(fn: Callable[[], object], *,
 
     Notes
     -----
-    Both figures are relative to the bytes allocated when `fn` starts: gradients that `fn`
-    sets to None (``optimizer.zero_grad()``) lower that level when they are freed, so clear
-    them before the call to measure the step alone. Gradients that exist when `fn` starts
+    Python's garbage is collected (``gc.collect()``) before `fn` runs, so that no object an
+    earlier step left in a reference cycle (FSDP2's states hold buffers so) is freed inside
+    the measured call. Both figures are relative to the bytes allocated when `fn` starts:
+    gradients that `fn` sets to None (``optimizer.zero_grad()``) lower that level when they
+    are freed, so clear them before the call to measure the step alone. Gradients that exist
+    when `fn` starts
     (gradient accumulation: ``zero_grad(set_to_none=False)``, micro-batches) are part of that
     level and not of `peak`; a graph traced with ``accumulate_grads=True`` counts them in its
     resident bytes, so ``plan.schedule.peak - graph.facts.resident`` is what `peak` measures
@@ -127,6 +131,7 @@ def peak_memory(fn: Callable[[], object], *,
     if device is None:
         device = ps[0].device if ps else step_device(fn)
     before = {id(p): _ref(p.grad) for p in ps}
+    gc.collect()   # no garbage of earlier steps freed inside the call: FSDP2's cycles hold buffers
     with MemoryMeter(device) as meter:
         fn()
     measured = cast(MemoryMeasure, meter.result)   # set: the block ended normally

@@ -25,6 +25,7 @@ not float free in G (each one would double the lower sets).
 """
 
 import functools
+import gc
 import time
 import weakref
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from ._compat import (
     current_autograd_node,
     is_view,
 )
-from ._diagnose import check_wrapper, step_modes, user_frame
+from ._diagnose import check_wrapper, holds_fsdp2, step_modes, user_frame, warn_fsdp2_unmeasured
 from ._graph import TARGET_TOTAL_COST, TracedGraph  # noqa: F401  (re-exported)
 from ._guards import check_not_compiled, step_device
 from .exceptions import TraceError
@@ -491,6 +492,9 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
     measure_memory : bool
         Measure each operation's and each backward call's highest point (``forward_peak``,
         ``backward_peak``) with :class:`torch_ext.measure.MemoryMeter`; False leaves them 0.
+        Where `model` holds modules sharded by FSDP2, it also measures what FSDP2 holds
+        outside the traced operations (``ExecutionFacts.outside_forward``,
+        ``outside_backward``; see :mod:`torch_ext._outside`).
     model : torch.nn.Module, optional
         The model the step runs; a ``torch.compile``d module raises :class:`TraceError` (the
         step's closure is searched for one as well). Its train/eval mode is recorded, so that
@@ -531,12 +535,14 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
     Warns
     -----
     lowerset.UnmodeledMemoryWarning
-        If `model` holds a module sharded by FSDP2 (``fully_shard``): the schedule leaves out
-        the parameters FSDP2 gathers and frees around each module in the backward pass and its
-        reduce-scatter buffers, so a step's measured peak is above the prediction.
+        If `model` holds a module sharded by FSDP2 (``fully_shard``) and `measure_memory` is
+        False: without a measurement the schedule leaves out what FSDP2 allocates around the
+        traced operations, so a step's measured peak is above the prediction.
 
     Notes
     -----
+    Python's garbage is collected (``gc.collect()``) before the step runs, as
+    :func:`torch_ext.peak_memory` does, so that the measured bytes start from the same state.
     Without `accumulate_grads`, the schedule assumes the parameters' gradients are None when
     the step starts (``optimizer.zero_grad()``, whose default sets them to None); the trace
     sets them to None (with it, to zeros) for its own backward pass and puts the caller's back
@@ -550,6 +556,9 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
     _check_trace_args(cost_model, repeats, time_unit)
     check_not_compiled(step, model, TraceError)
     check_wrapper(model)
+    fsdp2 = holds_fsdp2(model)
+    if fsdp2 and not measure_memory:
+        warn_fsdp2_unmeasured()
     device = step_device(step, model)
     rng = _RandomState.save()
     meter: MemoryMeter | _NoMeter = MemoryMeter(device) if measure_memory else _NoMeter()
@@ -558,6 +567,7 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
         if profile and device.type == "cuda" else None
     rec = _Recorder(meter, repeats if profile else 1, bool(debug), sync)
     modes = step_modes(model, device)
+    gc.collect()   # as peak_memory: no garbage of earlier steps freed inside the traced one
     saved_grads = {}
     try:
         with meter:
@@ -574,8 +584,9 @@ def trace(step: Callable[[], torch.Tensor], *, cost_model: str = "flops", repeat
         _check_edges(rec)
         measured = meter.result if isinstance(meter, MemoryMeter) else None
         windows = measured.windows if measured is not None else {}
+        outside = measured.window_starts if measured is not None and fsdp2 else None
         return _build(rec, loss, windows, cost_model, time_unit, str(device), modes,
-                      accumulate_grads)
+                      accumulate_grads, outside)
     finally:
         rec.phase = "done"
         for f in rec.finalizers:

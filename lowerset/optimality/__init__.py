@@ -122,7 +122,8 @@ def optimum(graph: Graph, budget: Number | None = None, model: str = "canonical"
     ArgumentTypeError
         If `graph` is not a Graph, or `budget` or `time_limit` is not a number.
     ArgumentError
-        If `model` is unknown, or `budget` or `time_limit` is out of range.
+        If `model` is unknown, `budget` or `time_limit` is out of range, or the graph's facts
+        hold bytes outside it (``ExecutionFacts.outside_forward``, ``outside_backward``).
     InfeasibleBudgetError
         If no plan of the model fits `budget`; ``min_budget`` is the model's least peak in
         bytes (None when the time limit passed before it was found).
@@ -142,6 +143,10 @@ def optimum(graph: Graph, budget: Number | None = None, model: str = "canonical"
     (60, 1, 'optimal')
     """
     check_graph(graph, "graph")
+    if graph.has_facts and (graph.facts.outside_forward or graph.facts.outside_backward):
+        raise ArgumentError("the graph's facts hold bytes outside it (outside_forward, "
+                            "outside_backward: a trace of an FSDP2 model), which the MILPs "
+                            "do not count; plan it with lowerset.min_peak or solve")
     if model not in OPTIMUM_MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {OPTIMUM_MODELS}")
     if budget is not None:

@@ -1,8 +1,7 @@
 """DistributedDataParallel: a trace before DDP's steady state (its first iterations skip the
 buffers' broadcast and rebuild the gradient buckets) is refused with what to do; a trace after
 it runs on two gloo processes bitwise as a plain DDP step, at the predicted peak. A model with
-FSDP1 is refused, pointing to FSDP2; FSDP2 is traced with a warning that the schedule leaves
-out its gathers in the backward pass."""
+FSDP1 is refused, pointing to FSDP2 (FSDP2 itself: test_fsdp2.py)."""
 
 import json
 
@@ -116,19 +115,7 @@ def test_fsdp1_is_refused_naming_fsdp2(one_process):
         torch_ext.trace(lambda: model(x).sum(), model=model)
 
 
-def test_fsdp2_warns_that_the_schedule_leaves_out_its_gathers(one_process):
-    from torch.distributed.fsdp import fully_shard
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
-    fully_shard(model[0])
-    fully_shard(model)
-    x = torch.randn(4, 8)
-    with pytest.warns(lowerset.UnmodeledMemoryWarning, match="FSDP2.*backward pass"):
-        torch_ext.trace(lambda: model(x).sum(), model=model)
-
-
-def test_ddp_traces_without_that_warning(one_process):
+def test_ddp_traces_without_a_warning(one_process):
     ddp = nn.parallel.DistributedDataParallel(_net())
     x, t = _batch(0)
 

@@ -1,7 +1,8 @@
 """examples/train_distributed.py under torchrun, two gloo processes on the CPU: with DDP every
 rank runs rank 0's plan bitwise at its predicted peak; with FSDP2 every rank runs rank 0's
-lower sets on its own graph, bitwise, `trace` warns that the schedule leaves out FSDP2's
-gathers, and per-block checkpoint is measured beside the plan."""
+lower sets on its own graph, bitwise, at its predicted peak (the trace measures what FSDP2
+holds outside the graph), and per-block checkpoint is measured beside plans at the least peak
+and three budgets."""
 
 import json
 import subprocess
@@ -47,17 +48,38 @@ def test_ddp_runs_rank_zeros_plan_bitwise_at_the_predicted_peak(tmp_path):
     assert rows[0]["loss"] != [r for r in rows if r["rank"] == 1][0]["loss"]
 
 
-def test_fsdp2_runs_rank_zeros_lower_sets_bitwise_and_trace_warns_of_its_gathers(tmp_path):
+def test_fsdp2_runs_rank_zeros_lower_sets_bitwise_at_the_predicted_peaks(tmp_path):
     rows, output = _run(tmp_path, "--wrapper", "fsdp2", "--compare")
     assert len(rows) == 4 and all(r["verified"] for r in rows), rows
     # rank 0's lower sets on each rank's own graph: each schedule recomputes
     assert all(r["recomputed"] > 0 for r in rows), rows
-    assert "UnmodeledMemoryWarning" in output and "FSDP2" in output
+    assert "UnmodeledMemoryWarning" not in output   # the trace measures FSDP2's bytes
+    # gloo sometimes frees a gathered block's all-gather output on its worker thread after the
+    # next allocation: a step's peak is then that many bytes higher (on every method)
+    race = 2 * _block_bytes()
+    for r in rows:
+        assert abs(r["measured"] - r["predicted"]) <= SLACK + race, r
     # side by side under FSDP2 (the last step of each rank): per-block checkpoint and the
-    # plan recompute and lower the plain step's peak
+    # plans at the least peak and three budgets, each bitwise, at its predicted peak
     for r in (r for r in rows if r["step"] == 2):
-        c = r["compare"]
-        assert c["plain"]["recomputed_flops"] == 0, c
-        for method in ("checkpoint per block", "plan"):
-            assert c[method]["recomputed_flops"] > 0 and c[method]["peak"] < c["plain"]["peak"], c
+        by = {}
+        for c in r["compare"]:
+            by.setdefault(c["method"], []).append(c)
+            if c["predicted"] is not None:
+                assert abs(c["peak"] - c["predicted"]) <= SLACK + race, c
+        (plain,), (ckpt,), plans = by["plain"], by["checkpoint per block"], by["plan"]
+        assert plain["recomputed_flops"] == 0 and ckpt["recomputed_flops"] > 0
+        assert len(plans) == 4 and all(c["bitwise"] for c in plans), plans
+        assert plans[0]["budget"] is None and plans[0]["recomputed_flops"] > 0
+        assert [c["budget"] for c in plans[1:]] == sorted(c["budget"] for c in plans[1:])
+        assert plans[0]["peak"] < plain["peak"]
     assert "checkpoint per block: peak measured" in output
+
+
+def _block_bytes():
+    """Parameter bytes of one block of the example's model (its defaults)."""
+    sys.path.insert(0, str(EXAMPLE.parent))
+    from torch_models import GPTStack
+
+    block = GPTStack(vocab=256, dim=64, layers=1, heads=4, context=32).blocks[0]
+    return sum(p.numel() * p.element_size() for p in block.parameters())
