@@ -84,6 +84,10 @@ def _bench_floor(data):
     return _example("bench_floor").markdown(data)
 
 
+def _bench_costs(data):
+    return _example("bench_costs").markdown(data)
+
+
 def _bench_budgets(data):
     return _example("bench_budgets").markdown(data)
 
@@ -133,6 +137,8 @@ TABLES = {
                          "results/bench_optimality.json"),
     "bench_floor": ("bench_floor.json", _bench_floor,
                     "python examples/bench_floor.py --threads 1"),
+    "bench_costs": ("bench_costs.json", _bench_costs,
+                    "python examples/bench_costs.py --threads 1"),
     "budgets": ("budgets.json", _bench_budgets, "python examples/bench_budgets.py"),
     "bench_executor": ("bench_executor.json", _bench_executor,
                        "python examples/bench_executor.py"),
