@@ -25,14 +25,10 @@ Writes ``bench_costs.json`` and ``.md`` to ``--out`` (default ``results/``)::
     KINETO_LOG_LEVEL=5 .venv-torch/bin/python examples/bench_costs.py --threads 1
 """
 
-import argparse
-import json
 import pathlib
 import statistics
 import sys
 import time
-
-import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -41,7 +37,6 @@ import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 from torch_ext.trace import TracedGraph  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 COST_MODELS = ("flops", "profile", "profile+op")
 #: budgets at these shares of the way from the least peak to the plain step's
 BUDGET_SHARES = (0.0, 0.25, 0.5)
@@ -153,7 +148,7 @@ def markdown(data):
              "GFLOP | profiled recompute (ms) | measured recompute (ms) | step x plain |",
              "|---|---|---|---|---|---|---|---|---|"]
     notes = []
-    for net in data["results"]:
+    for net in data["rows"]:
         notes.append(f"{net['network']} {1e3 * net['per_op_seconds']:.3f} ms")
         for r in net["rows"]:
             lines.append(
@@ -168,27 +163,12 @@ def markdown(data):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="cpu", choices=["test", "cpu"])
-    ap.add_argument("--models", nargs="+", default=list(bench_torch.NETWORKS),
-                    choices=list(bench_torch.NETWORKS))
+    ap = bench_torch.network_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "results")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    results = []
-    for name in args.models:
-        results.append(bench_network(name, args.preset, args.rounds))
-        print(f"{name}: done", flush=True)
-    data = {"machine": bench_torch.machine_info(torch.device("cpu")), "preset": args.preset,
-            "rounds": args.rounds, "results": results}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_costs.json").write_text(json.dumps(data, indent=1) + "\n")
-    text = markdown(data)
-    (args.out / "bench_costs.md").write_text(text)
-    print(text)
+    bench_torch.write_run(args, "bench_costs",
+                          lambda name: bench_network(name, args.preset, args.rounds),
+                          rounds=args.rounds, markdown=markdown)
 
 
 if __name__ == "__main__":

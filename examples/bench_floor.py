@@ -33,13 +33,9 @@ Writes ``bench_floor.json`` and ``.md`` to ``--out`` (default ``results/``). Nee
     KINETO_LOG_LEVEL=5 .venv-torch/bin/python examples/bench_floor.py --threads 1
 """
 
-import argparse
-import json
 import pathlib
 import sys
 import time
-
-import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -47,7 +43,6 @@ import bench_torch  # noqa: E402
 import lowerset  # noqa: E402
 import torch_ext  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: how far below per-block checkpoint the least peak must lie (issue 51)
 MARGIN = 0.05
 #: the activations' share of the plain peak from which the margin is asked
@@ -145,28 +140,13 @@ def markdown(data):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--preset", default="cpu", choices=["test", "cpu"])
-    ap.add_argument("--models", nargs="+", default=list(bench_torch.NETWORKS),
-                    choices=list(bench_torch.NETWORKS))
+    ap = bench_torch.network_parser(__doc__)
     ap.add_argument("--time-limit", type=float, default=TIME_LIMIT,
                     help="seconds for each network's MILP")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "results")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    rows = []
-    for name in args.models:
-        rows.append(bench_network(name, args.preset, args.time_limit))
-        print(f"{name}: {json.dumps(derive(rows[-1]))}", flush=True)
-    data = {"machine": bench_torch.machine_info(torch.device("cpu")), "preset": args.preset,
-            "time_limit": args.time_limit, "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_floor.json").write_text(json.dumps(data, indent=1) + "\n")
-    text = markdown(data)
-    (args.out / "bench_floor.md").write_text(text)
-    print(text)
+    bench_torch.write_run(args, "bench_floor",
+                          lambda name: bench_network(name, args.preset, args.time_limit),
+                          time_limit=args.time_limit, markdown=markdown)
 
 
 if __name__ == "__main__":

@@ -1482,6 +1482,39 @@ def main(argv=None):
          + (f", {picture}" if results else ""))
 
 
+def network_parser(doc):
+    """An argument parser with the options of a benchmark over this file's networks on the
+    CPU (``--preset``, ``--models``, ``--threads``, ``--out``), described by `doc`'s first
+    paragraph; the benchmark adds its own."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--preset", default="cpu", choices=["test", "cpu"])
+    ap.add_argument("--models", nargs="+", default=list(NETWORKS), choices=list(NETWORKS))
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "results")
+    return ap
+
+
+def write_run(args, stem, run, **settings):
+    """Run ``run(name)`` for each network of ``args.models`` (one thread count as
+    ``args.threads`` asks), write ``<stem>.json`` (the machine, ``args.preset``, `settings`
+    and the runs as "rows") and its Markdown (``markdown(data)`` of the benchmark, passed in
+    `settings` as ``markdown=``) to ``args.out``, and print the Markdown."""
+    markdown = settings.pop("markdown")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models:
+        rows.append(run(name))
+        print(f"{name}: done", flush=True)
+    data = {"machine": machine_info(torch.device("cpu")), "preset": args.preset, **settings,
+            "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
+    text = markdown(data)
+    (args.out / f"{stem}.md").write_text(text)
+    print(text)
+
+
 def render(path, picture=None):
     """Markdown and picture (where the run has networks) of the run saved in JSON file `path`
     (the markdown beside it)."""

@@ -26,5 +26,5 @@ def test_the_mlp_under_both_cost_models():
     for r in rows:
         assert r["peak"] == r["predicted"] <= r["budget"]   # on the CPU, to the byte
     text = bc.markdown({"machine": bc.bench_torch.machine_info(torch.device("cpu")),
-                        "preset": "test", "rounds": 1, "results": [result]})
+                        "preset": "test", "rounds": 1, "rows": [result]})
     assert text.count("| mlp |") == len(rows)
