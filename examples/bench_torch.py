@@ -1494,12 +1494,11 @@ def network_parser(doc):
     return ap
 
 
-def write_run(args, stem, run, **settings):
+def write_run(args, stem, run, markdown, **settings):
     """Run ``run(name)`` for each network of ``args.models`` (one thread count as
     ``args.threads`` asks), write ``<stem>.json`` (the machine, ``args.preset``, `settings`
-    and the runs as "rows") and its Markdown (``markdown(data)`` of the benchmark, passed in
-    `settings` as ``markdown=``) to ``args.out``, and print the Markdown."""
-    markdown = settings.pop("markdown")
+    and the runs as "rows") and its Markdown (the benchmark's ``markdown(data)``) to
+    ``args.out``, and print the Markdown."""
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
