@@ -16,20 +16,20 @@ and backward, no optimizer) is run under each method:
   only default list of ops to save that PyTorch ships: the compute-intensive ops of
   ``torch._functorch.partitioners.get_default_op_list()`` (mm, addmm, bmm, convolution,
   flash/efficient attention, ...) are saved, every other op is recomputed;
-- ``compile_dp``, ``compile_ilp``: ``torch.compile`` of the model with ``aot_eager`` (its
-  forward and backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with
-  ``torch._functorch.config.activation_memory_budget`` at each ratio of ``RATIOS[preset]`` and
-  ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP needs scipy). The loss is
-  computed outside the compiled model;
+- ``compile_dp``, ``compile_ilp``: ``torch.compile`` of the loss computation (the model and
+  its loss) with ``aot_eager`` (its forward and backward compilers wrapped to count FLOPs:
+  :class:`CompiledSettings`), with ``torch._functorch.config.activation_memory_budget`` at each
+  ratio of ``RATIOS[preset]`` and ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP
+  needs scipy);
 - ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
   .peak``);
-- ``lowerset_compiled``: ``torch.compile`` of the model with ``aot_eager`` as for
+- ``lowerset_compiled``: ``torch.compile`` of the loss computation with ``aot_eager`` as for
   ``compile_dp``, AOTAutograd's joint graph partitioned by
   ``torch_ext.compiled.PlannedPartition``: our plan of the compiled graph at our least peak
-  and at each B where it is feasible (the compiled graph's schedule), its dropped values
-  recomputed in the backward graph;
+  and at each B where one fits by the liveness analysis of the partitioned graphs (its
+  prediction, ``CompiledPlan.peak``), its dropped values recomputed in the backward graph;
 - ``sac_cuts`` (beside ours, not in the targets): a canonical strategy that is not planned, its
   lower sets ending after each operation the SAC policy saves (:func:`sac_cuts_strategy`),
   run under ``RecomputeContext``: SAC's choice as a canonical strategy, to measure the
@@ -58,7 +58,8 @@ generators put back, gradients None):
   step's wall time over the plain step's of the same round;
 - gradients bitwise: loss and every parameter gradient ``torch.equal`` to the plain step's;
   buffers (BatchNorm's running statistics) too, reported apart;
-- ours: predicted peak ``plan.schedule.peak`` beside the measured one.
+- ours: predicted peak ``plan.schedule.peak`` beside the measured one (compiled:
+  ``CompiledPlan.peak``).
 
 Each byte budget B is then met by every method whose measured peak fits it; for
 ``torch.compile``, whose peak is not monotonic in the ratio, by the fitting ratio that
@@ -227,6 +228,13 @@ class Case:
     def step(self, model=None):
         """Forward and backward; return the loss."""
         loss = self.loss(model)
+        loss.backward()
+        return loss
+
+    def step_compiled(self, loss_fn):
+        """Forward and backward with `loss_fn(batch)` (the compiled loss computation); return
+        the loss."""
+        loss = loss_fn(self.batch)
         loss.backward()
         return loss
 
@@ -436,9 +444,9 @@ class CompiledSettings:
     A setting ``(OURS_COMPILED, B)`` partitions the joint graph by
     ``torch_ext.compiled.PlannedPartition(B, outside=...)`` instead (None: our least peak);
     where B is below the compiled graph's least peak it is left out (:attr:`infeasible`).
-    `outside` is what the step holds besides the compiled graph (the loss's targets): the
-    trace's `resident` bytes less the compiled graph's, read off the plan at our least peak,
-    whose setting must come first among ours.
+    `outside` is what the step holds besides the compiled graph: the trace's `resident` bytes
+    less the compiled graph's, read off the plan at our least peak, whose setting must come
+    first among ours (0 where the loss computation is compiled whole).
 
     Attributes
     ----------
@@ -755,10 +763,11 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
         not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
     ours_compiled = [(OURS_COMPILED, b) for b in [None] + budgets]
     switch = CompiledSettings(settings + ours_compiled, resident)
-    compiled = torch.compile(case.model, backend=switch.backend)
+    compiled = torch.compile(functools.partial(case.net.loss, case.model),
+                             backend=switch.backend)
     case.reset()
     t = time.perf_counter()
-    case.step(compiled)   # Dynamo and AOTAutograd compile every setting here
+    case.step_compiled(compiled)   # Dynamo and AOTAutograd compile every setting here
     _log(f"{name}: compiled {len(settings)} settings in {time.perf_counter() - t:.1f} s "
          f"({switch.graphs} graph(s))")
     same = switch.same_as()
@@ -776,7 +785,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
         cfg = Config("lowerset_compiled", s[1], _compiled_run(case, compiled, switch, s),
                      counts="graphs",
                      extra={"compile_s": switch.compile_seconds[s],
-                            "predicted": switch.outside + sum(p.plan.schedule.peak
+                            "predicted": switch.outside + sum(p.peak
                                                               for p in switch.plans[s]),
                             "planned_flops": sum(p.plan.schedule.recompute_cost
                                                  for p in switch.plans[s]),
@@ -1017,7 +1026,7 @@ def _entered(ctx):
 def _compiled_run(case, compiled, switch, setting):
     def run():
         switch.current = setting
-        return case.step(compiled)
+        return case.step_compiled(compiled)
     return run
 
 

@@ -115,6 +115,9 @@ COMPILE_APIS = {
                          "AOTAutograd's cache off for a planned compilation"),
     "custom_partitioner": ("torch._inductor.custom_graph_pass.CustomPartitionerFn",
                            "the class Inductor's custom partitioner must have"),
+    "unset_fake_mode": ("torch._subclasses.fake_tensor.unset_fake_temporarily",
+                        "the workspace probe runs real operations inside a partition function, "
+                        "where AOTAutograd's FakeTensorMode is active"),
 }
 
 #: Attributes ``torch.compile`` sets on what it returns: plain name here -> (the attribute,

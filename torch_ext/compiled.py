@@ -11,7 +11,8 @@ and a backward graph, which recomputes every forward value it needs that was not
    T_v = FLOPs by ``torch.utils.flop_counter``'s formulas, M_v = bytes of its outputs; the
    backward of a node reads the arguments and outputs the joint graph's backward part reads;
    parameters and inputs are resident externals;
-2. plans it (:func:`lowerset.solve` at the budget, :func:`lowerset.min_peak` without one);
+2. plans it (:func:`lowerset.solve` at a planner budget searched for so that the
+   partitioned graphs fit the budget, :func:`lowerset.min_peak` without one);
 3. tags every forward operation with ``torch.utils.checkpoint.CheckpointPolicy``:
    ``MUST_RECOMPUTE`` where the plan drops its node's outputs, ``MUST_SAVE`` elsewhere, and hands
    the graph to PyTorch's own default partitioner, which honours those tags as it does selective
@@ -23,12 +24,17 @@ statistics) are pinned: never recomputed, so a step's gradients are those of the
 without a plan, bit for bit under ``aot_eager``. :func:`backend` wraps the partition function into
 a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
 
-The schedule is that of the joint graph's operations run one at a time (``aot_eager``), the
-backward in the reverse order of the forward, each node's backward reading what the joint
-graph's backward part reads of its arguments and outputs. It leaves out each operation's
-workspace, which a joint graph does not state; ``examples/bench_torch.py`` gives the measured
-peak against the prediction per network. Under ``inductor``, fused kernels allocate fewer
-intermediate tensors than the schedule counts.
+The planner's schedule is that of the joint graph's operations run one at a time, the backward
+in the reverse order of the forward, each node's backward reading what the joint graph's
+backward part reads of its arguments and outputs. PyTorch's partitioner orders the backward
+graph, and the moments its gradients are made and freed, its own way, so the plan is held to
+its budget by the graphs it yields instead: the liveness analysis of the partitioned forward
+and backward graphs as ``aot_eager``'s code runs them (:mod:`torch_ext._fx_liveness`), each
+operation with the workspace measured by running it once (:mod:`torch_ext._workspace`).
+:class:`PlannedPartition` searches the planner's budget for the plan whose graphs fit, and
+:attr:`CompiledPlan.peak` is the step's predicted peak. Under ``inductor``, fused kernels
+allocate fewer intermediate tensors than the graphs name: the prediction is an upper bound
+there.
 
 References
 ----------
@@ -44,7 +50,7 @@ import torch
 
 import lowerset
 
-from . import _compat, _ops
+from . import _compat, _fx_liveness, _ops, _workspace
 from ._build import flop_costs
 from ._graph import TARGET_TOTAL_COST
 
@@ -56,6 +62,12 @@ __all__ = ["PlannedPartition", "CompiledPlan", "backend", "joint_to_graph", "COM
 #: The compilers :func:`backend` wraps: AOTAutograd's ``aot_eager`` (the graphs run op by op)
 #: and ``inductor`` (``torch.compile``'s default).
 COMPILERS = ("aot_eager", "inductor")
+
+#: How many plans :class:`PlannedPartition` partitions at most to fit one graph to its budget.
+FIT_ROUNDS = 6
+
+#: A partition that fits its budget with less than this share of it left over ends the search.
+FIT_SLACK = 0.01
 
 
 class CompiledPlan(NamedTuple):
@@ -69,11 +81,16 @@ class CompiledPlan(NamedTuple):
         The plan on it; ``plan.schedule.peak`` is the predicted peak (bytes).
     recomputed : tuple of str
         Names of the forward FX nodes tagged ``MUST_RECOMPUTE``.
+    peak : int
+        The predicted peak of the step (bytes): the highest point of the liveness analysis of
+        the partitioned forward and backward graphs (:mod:`torch_ext._fx_liveness`), the
+        graph's parameters and inputs included, the partition's `outside` bytes not.
     """
 
     graph: lowerset.Graph
     plan: lowerset.CanonicalStrategy
     recomputed: tuple[str, ...]
+    peak: int
 
 
 class _Group:
@@ -307,20 +324,31 @@ class PlannedPartition:
     Pass it as ``partition_fn`` to ``torch._dynamo.backends.common.aot_autograd``, or use
     :func:`backend`. Each joint graph it partitions is planned on its own, at the same budget.
 
+    A budget is held by the partitioned graphs themselves: the liveness analysis of the
+    forward and backward graphs PyTorch's partitioner makes from a plan, with each
+    operation's measured workspace (:attr:`CompiledPlan.peak`), must fit ``budget -
+    outside``. The planner's schedule follows the joint graph's forward part, while the
+    partitioner orders the backward graph and its frees its own way, so the plan is searched
+    for over the planner's budget (:data:`FIT_ROUNDS` partitions at most per graph).
+
     Parameters
     ----------
     budget : int, optional
-        Bytes: the device memory of the whole step (:func:`lowerset.solve`): the schedule of
-        one compiled graph, its parameters, their gradients and its inputs included, plus
-        `outside`. None (default): the least peak (:func:`lowerset.min_peak`).
+        Bytes: the device memory of the whole step: one compiled graph's step, its
+        parameters, their gradients and its inputs included, plus `outside`. None (default):
+        the least peak (:func:`lowerset.min_peak`).
     outside : int
         Bytes the step holds besides the compiled graph's own while it runs (the loss's
-        targets, a model that is not compiled); the plan's schedule may reach
-        ``budget - outside``. Default 0.
+        targets, a model that is not compiled); the compiled step may reach
+        ``budget - outside``. Default 0. Compiling the loss computation whole leaves none.
     method : str
         The planner's method (``"auto"``, ``"exact"``, ...).
     time_limit : float, "default" or None
         Seconds per plan (:func:`lowerset.default_time_limit` by default).
+    measure_workspace : bool
+        Run each distinct operation of the joint graph once on fresh tensors to measure its
+        workspace (:mod:`torch_ext._workspace`; default True). False leaves the workspace
+        out of the prediction.
 
     Attributes
     ----------
@@ -335,27 +363,33 @@ class PlannedPartition:
     """
 
     def __init__(self, budget: int | None = None, *, outside: int = 0, method: str = "auto",
-                 time_limit: float | str | None = lowerset.planner.DEFAULT) -> None:
+                 time_limit: float | str | None = lowerset.planner.DEFAULT,
+                 measure_workspace: bool = True) -> None:
         self.budget, self.outside, self.method = budget, outside, method
-        self.time_limit = time_limit
+        self.time_limit, self.measure_workspace = time_limit, measure_workspace
         self.plans: list[CompiledPlan] = []
 
-    def plan(self, graph: lowerset.Graph) -> lowerset.CanonicalStrategy:
-        """The plan of one graph at this partition's budget.
+    def plan(self, graph: lowerset.Graph, budget: int | None = None
+             ) -> lowerset.CanonicalStrategy:
+        """The plan of one graph at `budget` (bytes of the graph's schedule), this partition's
+        ``budget - outside`` by default.
 
         Parameters
         ----------
         graph : lowerset.Graph
             A graph of :func:`joint_to_graph`.
+        budget : int, optional
+            The planner's budget (bytes); None: the partition's.
 
         Returns
         -------
         lowerset.CanonicalStrategy
         """
-        if self.budget is None:
-            return lowerset.min_peak(graph, self.method, time_limit=self.time_limit,
-                                     progress=False)
-        return lowerset.solve(graph, self.budget - self.outside, method=self.method,
+        if budget is None:
+            if self.budget is None:
+                return self.least(graph)
+            budget = self.budget - self.outside
+        return lowerset.solve(graph, budget, method=self.method,
                               time_limit=self.time_limit, progress=False)
 
     def __call__(self, joint: torch.fx.GraphModule, joint_inputs: Any, *,
@@ -382,23 +416,123 @@ class PlannedPartition:
         """
         kwargs.pop("compiler", None)   # inductor names itself; the default partitioner takes none
         graph, members = joint_to_graph(joint, num_fwd_outputs)
-        plan = self.plan(graph)
-        dropped = lowerset.scheduling.dropped_nodes(plan)
-        policy = torch.utils.checkpoint.CheckpointPolicy
-        recomputed = []
-        for v, nodes in enumerate(members):
-            for n in nodes:
-                n.meta["recompute"] = policy.MUST_RECOMPUTE if dropped[v] else policy.MUST_SAVE
-                if dropped[v]:
-                    recomputed.append(n.name)
-        self.plans.append(CompiledPlan(graph, plan, tuple(recomputed)))
-        return _APIS["default_partition"](joint, joint_inputs, num_fwd_outputs=num_fwd_outputs,
-                                          **kwargs)
+        sizes = _workspace.probe(joint) if self.measure_workspace else {}
+
+        def workspace(node):
+            return sizes.get(_workspace.op_key(node), 0) if sizes else 0
+
+        def partition(plan):
+            recomputed = _tag(plan, members)
+            fw, bw = _APIS["default_partition"](joint, joint_inputs,
+                                                num_fwd_outputs=num_fwd_outputs, **kwargs)
+            peak = max(_fx_liveness.step_peak(fw, bw, plan.schedule.resident,
+                                              workspace=workspace))
+            return CompiledPlan(graph, plan, recomputed, peak), (fw, bw)
+
+        if self.budget is None:
+            chosen, graphs = partition(self.plan(graph))
+        else:
+            chosen, graphs = self._fit(graph, partition, self.budget)
+        self.plans.append(chosen)
+        return graphs
+
+    def _fit(self, graph, partition, budget):
+        """The plan whose partitioned graphs fit the budget by their liveness analysis, with the
+        least recomputation among at most :data:`FIT_ROUNDS` tried.
+
+        The planner's schedule follows the joint graph's forward part, each node's backward
+        after the next one's; the partitioner's backward graph orders gradients and their
+        frees its own way. Each round plans at a budget moved by what the last partition's
+        liveness peak missed or left over, scaled by how the peak followed the planner's budget
+        between the last two rounds (a secant step), then bisects once a fitting and an
+        overshooting budget bracket the answer; below the planner's least peak it tries the
+        least-peak plan. A fitting partition within :data:`FIT_SLACK` of the budget, or one
+        that recomputes nothing, ends the search."""
+        target = budget - self.outside
+        asked: int | None = target
+        best = None
+        tried: list[tuple[int | None, int]] = []
+        fit_at, over_at = None, None   # the largest planner budget that fit, the least over
+        for _ in range(FIT_ROUNDS):
+            try:
+                plan = self.plan(graph, asked)
+            except lowerset.InfeasibleBudgetError:
+                if not tried or any(a is None for a, _ in tried):
+                    raise
+                plan, asked = self.least(graph), None
+            compiled_plan, graphs = partition(plan)
+            step = target - compiled_plan.peak
+            if step >= 0 and (best is None or plan.schedule.recompute_cost
+                              < best[0].plan.schedule.recompute_cost):
+                best = (compiled_plan, graphs)
+            if asked is None or (step >= 0 and (step <= FIT_SLACK * target
+                                                or plan.schedule.recompute_cost == 0)):
+                tried.append((asked, compiled_plan.peak))
+                break
+            if step >= 0:
+                fit_at = asked if fit_at is None else max(fit_at, asked)
+            else:
+                over_at = asked if over_at is None else min(over_at, asked)
+            tried.append((asked, compiled_plan.peak))
+            asked = _next_budget(tried, step, fit_at, over_at)
+            if asked is None:
+                break
+        if best is None:
+            raise lowerset.InfeasibleBudgetError(
+                budget, method=self.method,
+                reason="the partitioned graphs' liveness peaks, at the planner budgets tried, "
+                       + ", ".join(f"{p} at {'the least peak' if a is None else a}"
+                                   for a, p in tried)
+                       + f" bytes, exceed the budget less outside ({target} bytes)")
+        return best
+
+    def least(self, graph: lowerset.Graph) -> lowerset.CanonicalStrategy:
+        """The least-peak plan of one graph (:func:`lowerset.min_peak`).
+
+        Parameters
+        ----------
+        graph : lowerset.Graph
+            A graph of :func:`joint_to_graph`.
+
+        Returns
+        -------
+        lowerset.CanonicalStrategy
+        """
+        return lowerset.min_peak(graph, self.method, time_limit=self.time_limit,
+                                 progress=False)
+
+
+def _next_budget(tried, step, fit_at, over_at):
+    """The next planner budget after rounds `tried` ((planner budget, liveness peak) each), the
+    last one `step` bytes under the target (negative: over): a secant step while no fitting and
+    overshooting budgets bracket the answer, then the middle of the bracket (a plan's peak is
+    a step function of the planner's budget); None once the bracket is closed."""
+    if fit_at is not None and over_at is not None:
+        return None if over_at - fit_at <= 1 else (fit_at + over_at) // 2
+    slope = 1.0
+    if len(tried) >= 2 and tried[-1][0] != tried[-2][0]:
+        slope = (tried[-1][1] - tried[-2][1]) / (tried[-1][0] - tried[-2][0])
+        slope = min(max(slope, 0.1), 10.0)
+    return max(0, int(tried[-1][0] + step / slope))
+
+
+def _tag(plan, members):
+    """Tag the forward FX nodes of `members` (per node id) ``MUST_RECOMPUTE`` where `plan` drops
+    the node, ``MUST_SAVE`` elsewhere; the names of those tagged to recompute."""
+    dropped = lowerset.scheduling.dropped_nodes(plan)
+    policy = torch.utils.checkpoint.CheckpointPolicy
+    recomputed = []
+    for v, nodes in enumerate(members):
+        for n in nodes:
+            n.meta["recompute"] = policy.MUST_RECOMPUTE if dropped[v] else policy.MUST_SAVE
+            if dropped[v]:
+                recomputed.append(n.name)
+    return tuple(recomputed)
 
 
 def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "inductor",
-            method: str = "auto",
-            time_limit: float | str | None = lowerset.planner.DEFAULT) -> Any:
+            method: str = "auto", time_limit: float | str | None = lowerset.planner.DEFAULT,
+            measure_workspace: bool = True) -> Any:
     """A ``torch.compile`` backend whose partition saves what a lowerset plan keeps.
 
     ``torch.compile(model, backend=torch_ext.compiled.backend(budget))``: every graph the model
@@ -415,7 +549,7 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     compiler : {"inductor", "aot_eager"}
         What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
         schedule's model).
-    method, time_limit
+    method, time_limit, measure_workspace
         As :class:`PlannedPartition`.
 
     Returns
@@ -431,7 +565,8 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     if compiler not in COMPILERS:
         raise lowerset.ArgumentError(f"unknown compiler {compiler!r}; expected one of "
                                      f"{COMPILERS}")
-    partition = PlannedPartition(budget, outside=outside, method=method, time_limit=time_limit)
+    partition = PlannedPartition(budget, outside=outside, method=method, time_limit=time_limit,
+                                 measure_workspace=measure_workspace)
     if compiler == "aot_eager":
         compile_fn = _APIS["aot_autograd"](fw_compiler=_APIS["boxed_nop"],
                                            bw_compiler=_APIS["boxed_nop"],
@@ -469,9 +604,11 @@ class _InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, nam
 
     def __reduce__(self):
         p = self.partition
-        return (_inductor_partition, (p.budget, p.outside, p.method, p.time_limit))
+        return (_inductor_partition, (p.budget, p.outside, p.method, p.time_limit,
+                                      p.measure_workspace))
 
 
-def _inductor_partition(budget, outside, method, time_limit):
+def _inductor_partition(budget, outside, method, time_limit, measure_workspace):
     return _InductorPartition(PlannedPartition(budget, outside=outside, method=method,
-                                               time_limit=time_limit))
+                                               time_limit=time_limit,
+                                               measure_workspace=measure_workspace))
