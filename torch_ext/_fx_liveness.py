@@ -128,7 +128,6 @@ def _call(n: torch.fx.Node, keys: dict, memory: _Memory) -> list[Any]:
 
 
 def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
-              between: int = 0,
               workspace: Callable[[torch.fx.Node], int] = lambda node: 0) -> tuple[int, int]:
     """Bytes a compiled step holds at its highest point: the forward graph, then the backward.
 
@@ -140,9 +139,6 @@ def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
         them; the others are gradients of the forward's outputs).
     resident : int
         Bytes in use before the forward graph runs, its inputs included.
-    between : int
-        Bytes held from the end of the forward graph to the end of the backward graph besides
-        the graphs' own (the loss, its targets).
     workspace : callable
         ``workspace(node) -> bytes`` an FX call holds above its outputs at its highest point
         (:func:`torch_ext._workspace.probe`); none by default.
@@ -172,10 +168,10 @@ def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
         else:   # a gradient of a forward output: made by the caller's backward
             bw_keys[n.name] = ("grad", n.name)
             memory.allocate(bw_keys[n.name], _nbytes(n.meta.get("val")))
+    received = set(bw_keys.values())
     for key in saved.values():
-        if key is not None and key not in {k for k in bw_keys.values()}:
+        if key is not None and key not in received:
             memory.held.add(key)    # a returned output: the caller holds it
-    memory.level += between
-    memory.peak = memory.level
+    memory.peak = memory.level   # the backward's own highest point from here
     _run(bw, memory, bw_keys, workspace)
     return forward, memory.peak

@@ -43,6 +43,7 @@ References
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, NamedTuple
 
@@ -443,40 +444,42 @@ class PlannedPartition:
         The planner's schedule follows the joint graph's forward part, each node's backward
         after the next one's; the partitioner's backward graph orders gradients and their
         frees its own way. Each round plans at a budget moved by what the last partition's
-        liveness peak missed or left over, scaled by how the peak followed the planner's budget
-        between the last two rounds (a secant step), then bisects once a fitting and an
-        overshooting budget bracket the answer; below the planner's least peak it tries the
-        least-peak plan. A fitting partition within :data:`FIT_SLACK` of the budget, or one
-        that recomputes nothing, ends the search."""
+        liveness peak missed or left over (:func:`_next_budget`) and partitions again; a
+        fitting partition within :data:`FIT_SLACK` of the budget, or one that recomputes
+        nothing, ends the search. Where none tried fits, the least-peak plan is tried last."""
         target = budget - self.outside
-        asked: int | None = target
+        asked = target
         best = None
         tried: list[tuple[int | None, int]] = []
-        fit_at, over_at = None, None   # the largest planner budget that fit, the least over
+        bounds: dict[str, int | None] = dict.fromkeys(("fit", "over", "floor"))
         for _ in range(FIT_ROUNDS):
             try:
                 plan = self.plan(graph, asked)
             except lowerset.InfeasibleBudgetError:
-                if not tried or any(a is None for a, _ in tried):
+                if not tried:
                     raise
-                plan, asked = self.least(graph), None
-            compiled_plan, graphs = partition(plan)
-            step = target - compiled_plan.peak
-            if step >= 0 and (best is None or plan.schedule.recompute_cost
-                              < best[0].plan.schedule.recompute_cost):
-                best = (compiled_plan, graphs)
-            if asked is None or (step >= 0 and (step <= FIT_SLACK * target
-                                                or plan.schedule.recompute_cost == 0)):
-                tried.append((asked, compiled_plan.peak))
-                break
-            if step >= 0:
-                fit_at = asked if fit_at is None else max(fit_at, asked)
+                bounds["floor"] = asked   # below the planner's least peak
             else:
-                over_at = asked if over_at is None else min(over_at, asked)
-            tried.append((asked, compiled_plan.peak))
-            asked = _next_budget(tried, step, fit_at, over_at)
-            if asked is None:
+                compiled_plan, graphs = partition(plan)
+                tried.append((asked, compiled_plan.peak))
+                cost = plan.schedule.recompute_cost
+                if compiled_plan.peak <= target:
+                    if best is None or cost < best[0].plan.schedule.recompute_cost:
+                        best = (compiled_plan, graphs)
+                    if target - compiled_plan.peak <= FIT_SLACK * target or cost == 0:
+                        break
+                    bounds["fit"] = max(asked, bounds["fit"] or 0)
+                else:
+                    bounds["over"] = min(asked, bounds["over"] or asked)
+            following = _next_budget(tried, target, bounds, FIT_SLACK * target)
+            if following is None:
                 break
+            asked = following
+        if best is None:
+            compiled_plan, graphs = partition(self.least(graph))
+            tried.append((None, compiled_plan.peak))
+            if compiled_plan.peak <= target:
+                best = (compiled_plan, graphs)
         if best is None:
             raise lowerset.InfeasibleBudgetError(
                 budget, method=self.method,
@@ -502,18 +505,30 @@ class PlannedPartition:
                                  progress=False)
 
 
-def _next_budget(tried, step, fit_at, over_at):
-    """The next planner budget after rounds `tried` ((planner budget, liveness peak) each), the
-    last one `step` bytes under the target (negative: over): a secant step while no fitting and
-    overshooting budgets bracket the answer, then the middle of the bracket (a plan's peak is
-    a step function of the planner's budget); None once the bracket is closed."""
-    if fit_at is not None and over_at is not None:
-        return None if over_at - fit_at <= 1 else (fit_at + over_at) // 2
+def _next_budget(tried, target, bounds, least_step):
+    """The planner budget after rounds `tried` ((planner budget, liveness peak) each, the last
+    one partitioned last) for a liveness peak of `target` bytes.
+
+    `bounds` holds the largest planner budget whose plan fit ("fit"), the least whose plan did
+    not ("over") and the largest the planner found no plan for ("floor"), each None where
+    none. Once a lower one ("fit" or "floor") and "over" bracket the answer: the middle of the
+    bracket (a plan's peak is a step function of the planner's budget), None once it is
+    closed. Before: a secant step, the last round's miss (or what it left over) scaled by how
+    the peak followed the planner's budget over the last two rounds, of at least `least_step`
+    bytes (a plan just over the target may need the planner's budget well below it), kept
+    above "floor"."""
+    lows = [b for b in (bounds["fit"], bounds["floor"]) if b is not None]
+    if lows and bounds["over"] is not None:
+        low, high = max(lows), bounds["over"]
+        return None if high - low <= 1 else (low + high) // 2
+    last, peak = tried[-1]
     slope = 1.0
-    if len(tried) >= 2 and tried[-1][0] != tried[-2][0]:
-        slope = (tried[-1][1] - tried[-2][1]) / (tried[-1][0] - tried[-2][0])
+    if len(tried) >= 2 and tried[-2][0] != last:
+        slope = (peak - tried[-2][1]) / (last - tried[-2][0])
         slope = min(max(slope, 0.1), 10.0)
-    return max(0, int(tried[-1][0] + step / slope))
+    move = (target - peak) / slope
+    move = math.copysign(max(abs(move), least_step), move)
+    return max(0, int(last + move))
 
 
 def _tag(plan, members):

@@ -159,6 +159,15 @@ def measured_step(model, loss_fn, x):
     return m.result.peak
 
 
+def grads_of(model, loss_fn, x):
+    """Loss and gradients of one step of `loss_fn` from the same random state."""
+    torch.manual_seed(1)
+    model.zero_grad(set_to_none=True)
+    loss = loss_fn(x)
+    loss.backward()
+    return [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+
+
 def resident_of(model, x):
     return sum(p.numel() * p.element_size() for p in model.parameters()) \
         + x.numel() * x.element_size()
@@ -178,6 +187,8 @@ def test_measured_peak_is_the_prediction_and_every_budget_is_met(net):
         backend, _ = capture(partition)
         return torch.compile(lambda t: model(t).square().mean(), backend=backend)
 
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    eager = grads_of(model, lambda t: model(t).square().mean(), x)
     least = compiled.PlannedPartition()
     measured = measured_step(model, compile_loss(least), x) + resident
     record = least.plans[-1]
@@ -190,8 +201,13 @@ def test_measured_peak_is_the_prediction_and_every_budget_is_met(net):
     for share in (0.3, 0.7):
         budget = int(record.peak + share * (plain - record.peak))
         part = compiled.PlannedPartition(budget)
-        measured = measured_step(model, compile_loss(part), x) + resident
+        fn = compile_loss(part)
+        measured = measured_step(model, fn, x) + resident
         got = part.plans[-1]
+        # the plan partitioned last in the search is not the one kept: the graphs run are
+        # the kept plan's, gradients bitwise the eager step's
+        model.load_state_dict(state)
+        assert all(torch.equal(a, b) for a, b in zip(grads_of(model, fn, x), eager))
         assert got.peak <= budget
         assert measured <= budget + (16 << 10)
         assert abs(measured - got.peak) <= max(16 << 10, 0.01 * measured)
@@ -283,14 +299,21 @@ def test_probing_the_workspace_draws_no_random_number():
 
 
 def test_the_budget_search_bisects_once_bracketed_and_follows_the_slope_before():
-    nxt = compiled._next_budget
-    # one round: a step of the miss
-    assert nxt([(100, 120)], -20, None, 100) == 80
-    # two rounds: the peak moved half as fast as the planner's budget
-    assert nxt([(100, 120), (80, 110)], -10, None, 80) == 60
-    # a fitting and an overshooting budget: the middle
-    assert nxt([(100, 120), (60, 90)], 10, 60, 100) == 80
-    assert nxt([(61, 100), (60, 90)], 10, 60, 61) is None
+    def nxt(tried, fit=None, over=None, floor=None, least=1, target=100):
+        return compiled._next_budget(tried, target,
+                                     {"fit": fit, "over": over, "floor": floor}, least)
+    # one round 20 bytes over: the planner's budget down by 20
+    assert nxt([(100, 120)], over=100) == 80
+    # two rounds: the peak moved half as fast as the planner's budget, so twice the miss
+    assert nxt([(100, 120), (80, 110)], over=80) == 60
+    # a miss of one byte still moves the planner's budget by the least step
+    assert nxt([(100, 101)], over=100, least=5) == 95
+    # one that fit with room: up by the room
+    assert nxt([(100, 70)], fit=100) == 130
+    # a fitting (or plan-less) and an overshooting budget: the middle, None once closed
+    assert nxt([(100, 120), (60, 90)], fit=60, over=100) == 80
+    assert nxt([(100, 120)], floor=70, over=100) == 85
+    assert nxt([(61, 100), (60, 90)], fit=60, over=61) is None
 
 
 def test_a_budget_below_the_least_peak_is_refused_naming_it():
