@@ -44,8 +44,10 @@ generators put back, gradients None):
   every method: the whole step, as ``plan.schedule.peak`` predicts it;
 - recomputed FLOPs, by two rules (:class:`FlopCount`): "formula", ``torch.utils.flop_counter``'s
   formulas as ``FlopCounterMode`` counts them (matrix products, convolutions, attention), and
-  "all", the trace's rule for T_v: the formula, else one per output element (normalizations,
-  activations, dropout, which SAC and torch.compile recompute and the formulas count 0).
+  "all", the trace's rule for T_v: the formula (for the CPU attention kernel, which the
+  formulas lack, theirs for the same computation), else one per output element
+  (normalizations, activations, dropout, which SAC and torch.compile recompute and the
+  formulas count 0).
   Eager methods and ours: the step counted by :class:`FlopCount` (a dispatch mode) minus the
   plain step. ``torch.compile``: the operations AOTAutograd's backward graph runs again
   (:func:`recomputed_nodes`), counted on its graphs (a dispatch mode sees nothing compiled),
@@ -131,6 +133,9 @@ import torch_ext  # noqa: E402
 import torch_ext.compiled  # noqa: E402
 from examples import _machine  # noqa: E402
 from examples.torch_models import TORCH_NETWORKS, network  # noqa: E402
+
+# the trace's rule for an operation flop_registry lacks (the CPU attention kernel)
+from torch_ext._ops import missing_formula_flops  # noqa: E402
 from torch_ext.measure import MemoryMeter  # noqa: E402
 
 #: Per preset and network: the batch size and any model sizes replacing torch_models' preset.
@@ -366,7 +371,8 @@ class FlopCount(TorchDispatchMode):
         out = func(*args, **kwargs)
         f = _formula_flops(func, args, kwargs, out)
         if f is None:
-            self.flops += _own_elements(out, (args, kwargs))
+            extra = missing_formula_flops(func, args, kwargs)
+            self.flops += _own_elements(out, (args, kwargs)) if extra is None else extra
         else:
             self.formula += f
             self.flops += f
@@ -403,6 +409,9 @@ def node_flops(node):
     f = _formula_flops(node.target, args, kwargs, val)
     if f is not None:
         return f, f
+    extra = missing_formula_flops(node.target, args, kwargs)
+    if extra is not None:
+        return 0, extra
     outs = val if isinstance(val, (tuple, list)) else (val,)
     returns = node.target._schema.returns
     own = 0

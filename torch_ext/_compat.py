@@ -30,7 +30,8 @@ from .exceptions import MissingTorchAPIError
 
 __all__ = ["TorchDispatchMode", "pop_dispatch_mode_temporarily", "current_dispatch_mode",
            "current_function_mode", "tree_flatten", "tree_unflatten", "WeakIdKeyDictionary",
-           "flop_registry", "current_autograd_node", "is_view", "op_schema", "op_packet",
+           "flop_registry", "sdpa_flop_count", "sdpa_backward_flop_count",
+           "current_autograd_node", "is_view", "op_schema", "op_packet",
            "profiler_enabled", "profile_events", "event_name", "event_device_type",
            "event_start_ns", "event_end_ns", "event_nbytes", "compiled_call",
            "is_compiled_function", "optimized_module_class", "ddp_rebuilt_buckets", "APIS",
@@ -66,6 +67,11 @@ APIS = {
         "what each tensor is (node output, external), keyed by identity, not keeping it"),
     "flop_registry": ("torch.utils.flop_counter.flop_registry",
                       "FLOPs per call: the trace's \"flops\" cost model"),
+    "sdpa_flop_count": ("torch.utils.flop_counter.sdpa_flop_count",
+                        "FLOPs of the CPU kernel of scaled_dot_product_attention, which "
+                        "flop_registry has no formula for"),
+    "sdpa_backward_flop_count": ("torch.utils.flop_counter.sdpa_backward_flop_count",
+                                 "FLOPs of that kernel's backward"),
     "current_autograd_node": (
         "torch._C._current_autograd_node",
         "the backward node reading a saved tensor (trace); a call outside backward (executor)"),
@@ -181,6 +187,8 @@ tree_flatten = _FOUND["tree_flatten"]
 tree_unflatten = _FOUND["tree_unflatten"]
 WeakIdKeyDictionary = _FOUND["WeakIdKeyDictionary"]
 flop_registry = _FOUND["flop_registry"]
+sdpa_flop_count = _FOUND["sdpa_flop_count"]
+sdpa_backward_flop_count = _FOUND["sdpa_backward_flop_count"]
 current_autograd_node = _FOUND["current_autograd_node"]
 is_view = _FOUND["is_view"]
 event_name = _FOUND["event_name"]

@@ -9,7 +9,15 @@ and whether it draws random numbers.
 
 import torch
 
-from ._compat import flop_registry, op_packet, op_schema, tree_flatten, tree_unflatten
+from ._compat import (
+    flop_registry,
+    op_packet,
+    op_schema,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+    tree_flatten,
+    tree_unflatten,
+)
 
 #: Bytes a CUDA caching-allocator block is rounded up to (``torch.cuda.memory_allocated``
 #: counts blocks).
@@ -19,7 +27,7 @@ __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "call_tensors",
            "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
            "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized",
-           "is_collective"]
+           "is_collective", "call_flops", "missing_formula_flops"]
 
 #: The operations whose outputs hold whatever the allocator's memory held (``torch.empty``):
 #: their values are not the call's, so a recomputation need not reproduce them.
@@ -228,8 +236,40 @@ def _name(x):
     return name
 
 
+def _cpu_attention(query, key, value, *args, **kwargs):
+    return sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _cpu_attention_backward(grad_out, query, key, value, *args, **kwargs):
+    return sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+#: Operations ``torch.utils.flop_counter`` has no formula for, counted by its formula for the
+#: same computation: the CPU kernel of ``scaled_dot_product_attention`` and its backward
+#: (PyTorch registers its CUDA kernels only; one per output element would price attention as
+#: an activation, and a plan would recompute it freely).
+_MISSING_FORMULAS = {
+    packet: formula for name, formula in (
+        ("_scaled_dot_product_flash_attention_for_cpu", _cpu_attention),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", _cpu_attention_backward))
+    if (packet := getattr(torch.ops.aten, name, None)) is not None}
+
+
+def missing_formula_flops(func, args, kwargs):
+    """FLOPs of a call that ``torch.utils.flop_counter`` has no formula for but
+    :data:`_MISSING_FORMULAS` has, else None."""
+    formula = _MISSING_FORMULAS.get(op_packet(func))
+    if formula is None:
+        return None
+    try:
+        return int(formula(*args, **kwargs))
+    except (TypeError, ValueError, RuntimeError, AttributeError, AssertionError):
+        return None
+
+
 def call_flops(func, args, kwargs, out, outs, views):
-    """FLOPs of one call: ``torch.utils.flop_counter``'s formula (on real or fake tensors),
+    """FLOPs of one call: ``torch.utils.flop_counter``'s formula (on real or fake tensors), or
+    its formula for the same computation where it has none (:func:`missing_formula_flops`),
     else one per element of the outputs that own their memory (`views[k] < 0`): T_v of the
     "flops" cost model, in the trace and in :mod:`torch_ext.compiled`."""
     formula = flop_registry.get(op_packet(func))
@@ -238,4 +278,7 @@ def call_flops(func, args, kwargs, out, outs, views):
             return int(formula(*args, **kwargs, out_val=out))
         except (TypeError, ValueError, RuntimeError, AttributeError):
             pass
+    flops = missing_formula_flops(func, args, kwargs)
+    if flops is not None:
+        return flops
     return sum(o.numel() for o, p in zip(outs, views) if p < 0)

@@ -70,6 +70,25 @@ class Views(nn.Module):
         return (a * b).transpose(1, 2).reshape(x.shape[0], -1).sum(dim=1).mean()
 
 
+def test_attention_on_the_cpu_costs_its_two_products():
+    """torch.utils.flop_counter has no formula for the CPU kernel of scaled_dot_product_attention;
+    the trace counts the two batched products (q k^T, then the weights times v), by hand:
+    2 * 2 * (batch * query heads) * L * S * E, with grouped keys and values."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 8, requires_grad=True)
+    k = torch.randn(2, 2, 16, 8, requires_grad=True)
+    v = torch.randn(2, 2, 16, 8, requires_grad=True)
+
+    def step():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                              enable_gqa=True).square().sum()
+
+    g = torch_ext.trace(step)
+    attention = [v_ for v_ in g.labels if "attention" in g.attrs[v_]["op"]]
+    assert len(attention) == 1
+    assert g.attrs[attention[0]]["flops"] == 2 * 2 * (2 * 4) * 16 * 16 * 8
+
+
 def test_in_place_views_and_running_statistics():
     torch.manual_seed(0)
     m, x = Views(), torch.randn(2, 3, 5, 5)
