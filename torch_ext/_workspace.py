@@ -7,7 +7,7 @@ distinct operation of a joint graph (same ATen overload, same argument shapes, s
 and other arguments) once on fresh tensors of its arguments' sizes under a
 :class:`~torch_ext.measure.MemoryMeter` and keeps the bytes its call held above its outputs at
 its highest point. Floating-point arguments are random, integer and boolean ones zero (every
-index in range); Python's and the device's random states are restored afterwards, so a random
+index in range); PyTorch's CPU and device random states are restored afterwards, so a random
 operation draws nothing from the step's generators. An operation whose call fails on such
 inputs counts 0 bytes. The probe sets aside the FakeTensorMode a partition function runs
 under. On the CPU the meter needs the profiler: where one already runs (a graph

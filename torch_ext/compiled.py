@@ -515,8 +515,9 @@ def _next_budget(tried, target, bounds, least_step):
     bracket (a plan's peak is a step function of the planner's budget), None once it is
     closed. Before: a secant step, the last round's miss (or what it left over) scaled by how
     the peak followed the planner's budget over the last two rounds, of at least `least_step`
-    bytes (a plan just over the target may need the planner's budget well below it), kept
-    above "floor"."""
+    bytes (a plan just over the target may need the planner's budget well below it). A
+    "floor" comes only after an "over": the search goes down only from a plan that did not
+    fit."""
     lows = [b for b in (bounds["fit"], bounds["floor"]) if b is not None]
     if lows and bounds["over"] is not None:
         low, high = max(lows), bounds["over"]
