@@ -5,11 +5,12 @@ AOTAutograd's boxed code (``aot_eager``) clears its argument list and drops each
 last use, so a tensor lives while some name of its memory does: the operation that made it, its
 views (ATen ops whose schema returns an alias, ``copy_`` and in-place ops included) and, for an
 operation with several outputs, the tuple until its last item is taken. The caller holds the
-forward graph's inputs (parameters, the batch) and the backward graph's outputs (gradients); the
-backward graph releases each saved tensor after its last use there. Each operation adds its
-outputs' bytes and, for the moment of its call, its workspace: what the kernel allocates and
-frees inside the call, which no graph names (measured by :mod:`torch_ext._workspace`). Under
-``inductor`` fused kernels allocate fewer intermediate
+forward graph's inputs (parameters, the batch), the outputs it returns and the backward graph's
+outputs (gradients), and makes the gradients of the returned outputs before the backward graph
+runs; the backward graph releases each saved tensor after its last use there. Each operation
+adds its outputs' bytes and, for the moment of its call, its workspace: what the kernel
+allocates and frees inside the call, which no graph names (measured by
+:mod:`torch_ext._workspace`). Under ``inductor`` fused kernels allocate fewer intermediate
 tensors than the graphs name, so the figure is an upper bound there.
 
 :func:`step_peak` is what :class:`torch_ext.compiled.PlannedPartition` holds each plan's
