@@ -25,21 +25,15 @@ from typing import Any
 
 import torch
 
-from . import _compat
+from . import _ops
 
 __all__ = ["step_peak"]
-
-
-def _nbytes(val: Any) -> int:
-    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
 
 
 def _aliases(node: torch.fx.Node) -> bool:
     """Whether `node`'s first output is an alias of its first argument (a view, an in-place op,
     ``copy_``)."""
-    schema = _compat.op_schema(node.target)
-    return bool(schema is not None and schema.returns
-                and schema.returns[0].alias_info is not None)
+    return _ops.return_alias(node.target) is not None
 
 
 class _Memory:
@@ -120,9 +114,10 @@ def _call(n: torch.fx.Node, keys: dict, memory: _Memory) -> list[Any]:
     val = n.meta.get("val")
     made: list[tuple[Any, int]]
     if isinstance(val, (tuple, list)):
-        made = [((n, k), _nbytes(v)) for k, v in enumerate(val) if isinstance(v, torch.Tensor)]
+        made = [((n, k), _ops.value_bytes(v)) for k, v in enumerate(val)
+                if isinstance(v, torch.Tensor)]
     else:
-        made = [(n, _nbytes(val))] if isinstance(val, torch.Tensor) else []
+        made = [(n, _ops.value_bytes(val))] if isinstance(val, torch.Tensor) else []
     for key, nbytes in made:
         memory.allocate(key, nbytes)
     return [key for key, _ in made]
@@ -168,7 +163,7 @@ def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
             bw_keys[n.name] = saved[n.name]
         else:   # a gradient of a forward output: made by the caller's backward
             bw_keys[n.name] = ("grad", n.name)
-            memory.allocate(bw_keys[n.name], _nbytes(n.meta.get("val")))
+            memory.allocate(bw_keys[n.name], _ops.value_bytes(n.meta.get("val")))
     received = set(bw_keys.values())
     for key in saved.values():
         if key is not None and key not in received:

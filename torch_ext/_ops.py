@@ -27,7 +27,8 @@ __all__ = ["flatten_call", "unflatten_call", "tensor_positions", "call_tensors",
            "output_tensors",
            "storage_key", "view_of", "output_bytes", "is_random", "generator_marks",
            "drew_random", "schema_writes", "describe", "signature", "makes_uninitialized",
-           "is_collective", "call_flops", "missing_formula_flops"]
+           "is_collective", "call_flops", "missing_formula_flops", "return_alias",
+           "value_bytes"]
 
 #: The operations whose outputs hold whatever the allocator's memory held (``torch.empty``):
 #: their values are not the call's, so a recomputation need not reproduce them.
@@ -212,6 +213,23 @@ def schema_writes(func, args, kwargs):
             written.update(range(pos, pos + n))
         pos += n
     return written
+
+
+def return_alias(func):
+    """The alias annotation (``alias_info``) of the first return of OpOverload `func`: set
+    where it returns a view of an argument or writes into one (in-place ops, ``copy_``); None
+    where it returns memory of its own, or has no schema or no return."""
+    schema = op_schema(func)
+    if schema is None or not schema.returns:
+        return None
+    return schema.returns[0].alias_info
+
+
+def value_bytes(val):
+    """Bytes of the tensors of an FX node's ``meta["val"]`` (a tensor, or a tuple or list of
+    them; anything else counts 0)."""
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
 
 
 def describe(t):

@@ -24,6 +24,7 @@ from typing import Any, cast
 import torch
 
 from ._compat import compile_apis, op_schema, profiler_enabled
+from ._ops import return_alias, value_bytes
 from .measure import MemoryMeter
 
 __all__ = ["probe", "op_key"]
@@ -56,19 +57,12 @@ def _materialize(x: Any, device: torch.device) -> Any:
     return x
 
 
-def _outputs_bytes(val: Any) -> int:
-    vals = val if isinstance(val, (tuple, list)) else [val]
-    return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
-
-
 def _probed(node: torch.fx.Node) -> bool:
     """Whether `node` is an ATen call that makes tensors of its own (not an item, not a view)."""
     if node.op != "call_function" or node.target is operator.getitem:
         return False
-    schema = op_schema(node.target)
-    if schema is None or not schema.returns:
-        return False
-    return schema.returns[0].alias_info is None and _outputs_bytes(node.meta.get("val")) > 0
+    return (op_schema(node.target) is not None and return_alias(node.target) is None
+            and value_bytes(node.meta.get("val")) > 0)
 
 
 def _device(gm: torch.fx.GraphModule) -> torch.device | None:
@@ -125,5 +119,5 @@ def probe(gm: torch.fx.GraphModule) -> dict[tuple, int]:
     windows = meter.result.windows   # type: ignore[union-attr]  # set: the block ended
     for i, (key, n) in enumerate(todo.items()):
         if str(i) in windows:
-            out[key] = max(0, windows[str(i)] - _outputs_bytes(n.meta.get("val")))
+            out[key] = max(0, windows[str(i)] - value_bytes(n.meta.get("val")))
     return out

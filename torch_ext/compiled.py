@@ -107,10 +107,7 @@ class _Group:
 
 def _is_view(node):
     """Whether FX node `node` returns a view of its first argument (an aliasing ATen op)."""
-    schema = _compat.op_schema(node.target)
-    if schema is None or not schema.returns:
-        return False
-    alias = schema.returns[0].alias_info
+    alias = _ops.return_alias(node.target)
     return alias is not None and not alias.is_write
 
 
