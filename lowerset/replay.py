@@ -16,7 +16,7 @@ References
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 from .scheduling import Schedule
 
@@ -67,11 +67,15 @@ class EventCursor:
         index = schedule.graph.index
         self.plan = [(e.kind, index[e.node], e.outputs) for e in schedule.events]
         self.position = 0
-        # event i -> the first framework event at or after i (len(plan) if none)
-        nxt = [len(self.plan)] * (len(self.plan) + 1)
-        for i in range(len(self.plan) - 1, -1, -1):
-            nxt[i] = i if self.plan[i][0] in FRAMEWORK_KINDS else nxt[i + 1]
-        self._next_framework = nxt
+        # event i -> the first framework event at or after i (len(plan) if none), and the
+        # first framework or recompute event: where own_events stops
+        n = len(self.plan)
+        nxt, stop = [n] * (n + 1), [n] * (n + 1)
+        for i in range(n - 1, -1, -1):
+            kind = self.plan[i][0]
+            nxt[i] = i if kind in FRAMEWORK_KINDS else nxt[i + 1]
+            stop[i] = i if kind in FRAMEWORK_KINDS or kind == "recompute" else stop[i + 1]
+        self._next_framework, self._next_stop = nxt, stop
 
     @property
     def done(self) -> bool:
@@ -100,9 +104,10 @@ class EventCursor:
         """The next event ``(kind, node id, outputs)``, or None at the end of the step."""
         return self.plan[self.position] if self.position < len(self.plan) else None
 
-    def own_events(self, recompute: bool = True) -> Iterator[CursorEvent]:
-        """Yield the events up to the framework's next call, ``(kind, node id, outputs)``, and
-        step past each one as it is yielded.
+    def own_events(self, recompute: bool = True) -> list[CursorEvent]:
+        """The events up to the framework's next call, ``(kind, node id, outputs)``, in order;
+        the cursor steps past them (executors run them at every call of the framework: a
+        slice of :attr:`plan`, no walk).
 
         Parameters
         ----------
@@ -111,13 +116,44 @@ class EventCursor:
             call that just ended until it starts the next one, so a recomputation waits for
             that).
         """
-        end = self._next_framework[self.position]
-        while self.position < end:
-            event = self.plan[self.position]
-            if event[0] == "recompute" and not recompute:
-                return
-            self.position += 1
-            yield event
+        start = self.position
+        end = (self._next_framework if recompute else self._next_stop)[start]
+        self.position = end
+        return self.plan[start:end]
+
+    def pass_to(self, kind: str, v: int, passable: Callable[[CursorEvent], bool]) -> bool:
+        """Step past the events that `passable` accepts until the framework's `kind` call of
+        node id `v` is next, and return True; False where another event comes first (the
+        cursor then stays at it). An executor that watches only some of the framework's calls
+        (those with events of its own beside them) passes the others so.
+
+        Parameters
+        ----------
+        kind : str
+            One of :data:`FRAMEWORK_KINDS`.
+        v : int
+            The node id of the call.
+        passable : callable
+            Takes an event ``(kind, node id, outputs)``; True where the cursor may step past
+            it unexecuted.
+
+        Examples
+        --------
+        >>> g = ls.Graph.chain(3, memory=4)
+        >>> c = ls.EventCursor(ls.schedule(ls.CanonicalStrategy(g, [{0, 1, 2}])))
+        >>> [c.expect("forward", v) for v in range(3)], c.peek()
+        ([True, True, True], ('seed_grad', 2, (0,)))
+        >>> c.pass_to("backward", 1, lambda e: e[0] != "free_value"), c.peek()
+        (True, ('backward', 1, ()))
+        >>> c.pass_to("backward", 0, lambda e: e[0] == "backward"), c.peek()[0]
+        (False, 'free_grad')
+        """
+        target = (kind, v)
+        plan, i = self.plan, self.position
+        while i < len(plan) and plan[i][:2] != target and passable(plan[i]):
+            i += 1
+        self.position = i
+        return i < len(plan) and plan[i][:2] == target
 
     def recomputed_nodes(self) -> set[int]:
         """Set of the node ids the schedule recomputes."""

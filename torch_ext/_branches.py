@@ -29,14 +29,28 @@ class Branch:
         Planned on a graph from :func:`torch_ext.trace`.
     model : torch.nn.Module or None
         Passed to :class:`torch_ext._replay.ForwardCheck` (its train/eval mode is checked).
+    watch_all : bool
+        Watch every backward call (:attr:`watch_before`, :attr:`watch_after`), as an
+        executor recording every event needs.
+
+    Attributes
+    ----------
+    watch_before, watch_after : set of int
+        The nodes whose backward call the executor watches before it runs and after
+        (:func:`watched_calls`).
     """
 
-    def __init__(self, strategy, model):
+    def __init__(self, strategy, model, watch_all=False):
         self.strategy = strategy
         self.schedule = lowerset.schedule(strategy)
         self.check = ForwardCheck(strategy.graph, model)
-        self.may_recompute = lowerset.EventCursor(self.schedule).recomputed_nodes()
+        cursor = lowerset.EventCursor(self.schedule)
+        self.may_recompute = cursor.recomputed_nodes()
         self.backward_nodes = set(strategy.graph.facts.backward_order)
+        if watch_all:
+            self.watch_before = self.watch_after = self.backward_nodes
+        else:
+            self.watch_before, self.watch_after = watched_calls(cursor.plan)
         self.reset()
 
     def reset(self):
@@ -56,6 +70,33 @@ class Branch:
                 + [events[i] for i in self.held] + events[self.released_at:])
 
 
+#: Events an executor notes (their bytes, when it records) but has nothing to do for.
+NOTES = ("seed_grad", "free_grad")
+
+
+def watched_calls(plan):
+    """``(before, after)``: the nodes whose backward call has events for the executor to run
+    right before it, and right after it, in a schedule's events (``EventCursor.plan``). The
+    events between two backward calls run after the first (up to a recomputation) and before
+    the second, so both are watched where there are any; the first backward call is watched
+    before (the backward pass starts there) and the last after (the step ends there). A
+    backward call in neither set has nothing beside it: an executor passes it unwatched
+    (``EventCursor.pass_to``), and hooks three in four fewer autograd nodes of a
+    transformer's step."""
+    calls = [i for i, e in enumerate(plan) if e[0] == "backward"]
+    before: set[int] = set()
+    after: set[int] = set()
+    if not calls:
+        return before, after
+    before.add(plan[calls[0]][1])
+    after.add(plan[calls[-1]][1])
+    for i, j in zip(calls, calls[1:]):
+        if any(e[0] not in NOTES for e in plan[i + 1:j]):
+            after.add(plan[i][1])
+            before.add(plan[j][1])
+    return before, after
+
+
 class Branches:
     """The branches of a step, narrowed operation by operation in its forward pass.
 
@@ -65,15 +106,17 @@ class Branches:
         At least one; where several graphs match a whole forward pass, the first is run.
     model : torch.nn.Module or None
         See :class:`Branch`.
+    watch_all : bool
+        See :class:`Branch`.
     """
 
     all: list[Branch]
     open: list[Branch]
 
-    def __init__(self, strategies, model):
+    def __init__(self, strategies, model, watch_all=False):
         self.all = []
         for s in strategies:   # a graph of the same operations as an earlier one: never run
-            b = Branch(s, model)
+            b = Branch(s, model, watch_all)
             if not any(b.check.same_operations(a.check) for a in self.all):
                 self.all.append(b)
         self.reset()
@@ -81,7 +124,13 @@ class Branches:
     def reset(self):
         for b in self.all:
             b.reset()
-        self.open = list(self.all)
+        self._set_open(list(self.all))
+
+    def _set_open(self, branches):
+        self.open = branches
+        # the branch, once it is the only one open: the methods below, called at every
+        # operation, then ask it alone
+        self.solo = branches[0] if len(branches) == 1 else None
 
     @property
     def active(self):
@@ -90,14 +139,21 @@ class Branches:
 
     @property
     def known(self):
-        return len(self.open) == 1
+        return self.solo is not None
 
     def may_recompute(self, v):
         """Whether an open schedule may recompute node `v` (its call is then captured)."""
+        if self.solo is not None:
+            return v in self.solo.may_recompute
         return any(v in b.may_recompute for b in self.open)
 
-    def in_backward(self, v):
-        return any(v in b.backward_nodes for b in self.open)
+    def watched(self, v):
+        """``(before, after)``: whether an open schedule watches the backward call of `v`
+        before it runs, after it."""
+        if self.solo is not None:
+            return v in self.solo.watch_before, v in self.solo.watch_after
+        return (any(v in b.watch_before for b in self.open),
+                any(v in b.watch_after for b in self.open))
 
     def enter(self):
         for b in self.all:
@@ -109,16 +165,18 @@ class Branches:
     def before(self, func, args, kwargs, value_of):
         """:meth:`ForwardCheck.before` on every open branch; close those the call differs
         from. Raises the first branch's StrategyMismatchError where it differs from all."""
+        if self.solo is not None:   # the branch is known: its error is the first
+            return self.solo.check.before(func, args, kwargs, value_of)
         return self._narrow(lambda b: b.check.before(func, args, kwargs, value_of))
 
     def after(self, v, outs, tensors):
         """:meth:`ForwardCheck.after` on every open branch; close those whose outputs differ.
         Raises the first branch's StrategyMismatchError where they differ from all."""
+        if self.solo is not None:
+            return self.solo.check.after(v, outs, tensors)
         return self._narrow(lambda b: b.check.after(v, outs, tensors))
 
     def _narrow(self, check):
-        if len(self.open) == 1:   # the branch is known: its error is the first
-            return check(self.open[0])
         results, first = [], None
         for b in self.open:
             try:
@@ -130,25 +188,32 @@ class Branches:
         # a kept error would keep this frame and its callers' alive, and the values they
         # hold (PyTorch then hands a factory function's caller a detached alias)
         first = None
-        self.open = [b for b, _ in results]
+        self._set_open([b for b, _ in results])
         return results[0][1]
 
     def expect(self, kind, v):
         """Step every open cursor past the framework's call; whether each one expected it."""
+        if self.solo is not None:
+            return self.solo.cursor.expect(kind, v)
         return all(b.cursor.expect(kind, v) for b in self.open)
 
     def forward_ended(self):
         """Whether the forward pass has run all of an open branch's operations; that branch
         is then the only one open (the first such, where several graphs end there)."""
+        if self.solo is not None:
+            return self.solo.check.forward_done
         done = [b for b in self.open if b.check.forward_done]
         if done:
-            self.open = done[:1]
+            self._set_open(done[:1])
         return bool(done)
 
     def forward_events(self):
         """The forward events to run now. Once the branch is known: those of its schedule,
         preceded by those it held back. Before: the events every open schedule has here
         where none holds any back, else none (each open schedule holds its own back)."""
+        b = self.solo
+        if b is not None and (not b.held or b.released_at is not None):
+            return b.cursor.own_events(recompute=False)
         taken = [(b.cursor.position, list(b.cursor.own_events(recompute=False)))
                  for b in self.open]
         if self.known:

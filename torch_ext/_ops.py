@@ -7,6 +7,8 @@ outputs hold, which outputs are views of which leaves, which leaves the call wri
 and whether it draws random numbers.
 """
 
+from typing import NamedTuple
+
 import torch
 
 from ._compat import (
@@ -36,13 +38,37 @@ _UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
                             "new_empty_strided", "empty_permuted"})
 
 
+#: The containers pytree flattens in a call's arguments (:func:`flatten_call`).
+_CONTAINERS = (tuple, list, dict)
+
+
+class _FlatSpec(NamedTuple):
+    """The spec of a call whose arguments hold no tuple, list or dict: its leaves are its
+    positional arguments, then its keyword arguments' values."""
+
+    n_args: int
+    keys: tuple
+
+
 def flatten_call(args, kwargs):
-    """Leaves and spec of ``(args, kwargs)``: :func:`unflatten_call` rebuilds the call."""
-    return tree_flatten((tuple(args), dict(kwargs or {})))
+    """Leaves and spec of ``(args, kwargs)``: :func:`unflatten_call` rebuilds the call. A
+    call whose arguments hold no tuple, list or dict (most ATen calls) has its arguments as
+    leaves and a :class:`_FlatSpec`, which :func:`unflatten_call` reads without pytree (its
+    ``tree_unflatten`` walks a spec per leaf, at every recomputation); any other call is
+    pytree's."""
+    kwargs = kwargs or {}
+    if not any(isinstance(x, _CONTAINERS) for x in args) and not any(
+            isinstance(x, _CONTAINERS) for x in kwargs.values()):
+        return list(args) + list(kwargs.values()), _FlatSpec(len(args), tuple(kwargs))
+    return tree_flatten((tuple(args), dict(kwargs)))
+
 
 
 def unflatten_call(leaves, spec):
     """``(args, kwargs)`` from :func:`flatten_call`'s leaves (possibly replaced) and spec."""
+    if type(spec) is _FlatSpec:
+        n = spec.n_args
+        return tuple(leaves[:n]), dict(zip(spec.keys, leaves[n:]))
     return tree_unflatten(list(leaves), spec)
 
 

@@ -13,7 +13,9 @@ a plain step. Inside the block:
   backward pass;
 - pre- and post-hooks on the traced operations' autograd nodes perform the schedule's own
   events (``drop``, ``free_value``, ``recompute``) between the backward calls, which autograd
-  makes in the traced order;
+  makes in the traced order. Only the nodes with such events beside their backward call are
+  hooked (about one in four on a transformer's step; every one with ``record``): the cursor
+  passes the backward calls between them (:func:`torch_ext._branches.watched_calls`);
 - when the forward pass ends, a ``TorchFunctionMode`` waits for the call that starts the
   backward pass (``Tensor.backward``, ``torch.autograd.backward`` or ``grad``) and runs it
   with the dispatch mode set aside: the dispatch mode has nothing to check in the backward
@@ -38,10 +40,9 @@ import lowerset
 from lowerset.exceptions import ArgumentTypeError
 
 from . import _ops
-from ._branches import Branches
+from ._branches import NOTES, Branches
 from ._compat import (
     TorchDispatchMode,
-    WeakIdKeyDictionary,
     current_autograd_node,
     current_dispatch_mode,
     current_function_mode,
@@ -138,7 +139,7 @@ class RecomputeContext:
         (from every branch's graph, the first one's difference reported)
         (name, argument shapes, dtypes, devices, wiring, outputs, number of operations: a
         data-dependent branch took another way, the model moved to another device), or
-        autograd runs the backward calls in another order. The message names the likely
+        autograd runs the hooked backward calls in another order. The message names the likely
         cause where it shows: the model's train/eval mode (with `model`), autocast, another
         dtype, device or shape of an input or a parameter; for a difference in the forward
         pass, it lists the operations around it, the traced step's beside this step's
@@ -196,7 +197,7 @@ class RecomputeContext:
             check_not_compiled(None, model, HookUsageError)
         self.record = bool(record)
         self.check = bool(check)
-        self._branches = Branches(_strategies(strategy, graph), model)
+        self._branches = Branches(_strategies(strategy, graph), model, watch_all=self.record)
         self.events = []
         self.last_step = {"dropped": [], "recomputed": [], "freed": []}
         self._owner = None
@@ -241,11 +242,12 @@ class RecomputeContext:
         self._held = {}         # (v, k) -> tensor: the values the schedule holds
         self._bytes = {}        # (v, k) -> bytes of the held value (record: the events' bytes)
         self._made = {}         # (v, k) -> bytes of the value the forward pass made (record)
-        self._value_of = WeakIdKeyDictionary()
+        self._value_of = _ValueIds()
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._prints = {}       # v -> fingerprints of its outputs in the forward pass (check)
         self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
-        self._hooked_nodes = set()  # graph nodes whose autograd node has the hooks
+        self._hooked_before = set()  # graph nodes whose autograd node has the pre-hook
+        self._hooked_after = set()   # ... the post-hook
         self._gy = 0
         self._log = {"dropped": [], "recomputed": [], "freed": []}
         self._rec = []
@@ -384,24 +386,29 @@ class RecomputeContext:
             self._note("forward", v, sum(b for b, _ in sizes),
                        range(len(self._check.facts[v].outputs)))
         del tensors
-        self._pending.append((v, [_weak(o) for o in outs]))
+        if any(self._branches.watched(v)):
+            self._pending.append((v, [_weak(o) for o in outs]))
         del outs
         self._run_events(self._branches.forward_events())
         return out
 
     def _hook_pending(self):
-        """Hook the autograd nodes of the operations whose outputs have them by now."""
+        """Hook the autograd nodes of the operations whose outputs have them by now: a
+        pre-hook where a schedule has events to run before the node's backward call, a
+        post-hook where it has some after (:func:`torch_ext._branches.watched_calls`)."""
         for v, refs in self._pending:
-            if not self._branches.in_backward(v):
-                continue
+            before, after = self._branches.watched(v)
             for r in refs:
                 t = r()
                 fn = None if t is None else t.grad_fn
                 if fn is not None and _KEY not in fn.metadata:
                     fn.metadata[_KEY] = v   # on the node itself: no reference to it here
-                    self._hooked_nodes.add(v)
-                    fn.register_prehook(self._prehook(v))
-                    fn.register_hook(self._posthook(v))
+                    if before:
+                        self._hooked_before.add(v)
+                        fn.register_prehook(self._prehook(v))
+                    if after:
+                        self._hooked_after.add(v)
+                        fn.register_hook(self._posthook(v))
                     break
         self._pending = []
 
@@ -450,6 +457,7 @@ class RecomputeContext:
                 self._start_backward()
             if self._phase != "backward" or v not in self._branches.active.backward_nodes:
                 return None
+            self._pass_unwatched(v)
             self._run_own_events()
             if not self._cursor.expect("backward", v):
                 raise self._out_of_order("backward", v)
@@ -464,11 +472,21 @@ class RecomputeContext:
         def post(grad_inputs, grad_outputs):
             if self._phase != "backward" or v not in self._branches.active.backward_nodes:
                 return None
+            if v not in self._hooked_before and not (self._pass_unwatched(v)
+                                                     and self._cursor.expect("backward", v)):
+                raise self._out_of_order("backward", v)
             self._run_own_events(recompute=False)
             if self._cursor.done:
                 self._finish_step()
             return None
         return post
+
+    def _pass_unwatched(self, v):
+        """Step the cursor past the backward calls before `v`'s that ran unhooked (nothing
+        beside them to run) and the notes between them; whether `v`'s call is then next."""
+        hooked_before, hooked_after = self._hooked_before, self._hooked_after
+        return self._cursor.pass_to("backward", v, lambda e: e[0] in NOTES or (
+            e[0] == "backward" and e[1] not in hooked_before and e[1] not in hooked_after))
 
     def _start_backward(self):
         check = self._check
@@ -502,7 +520,8 @@ class RecomputeContext:
     def _out_of_order(self, kind, v):
         nxt = self._cursor.peek()
         if kind == "backward" and nxt is not None and nxt[0] == "backward" \
-                and nxt[1] not in self._hooked_nodes:
+                and any(self._branches.watched(nxt[1])) \
+                and nxt[1] not in self._hooked_before | self._hooked_after:
             return HookUsageError(
                 f"the backward of node {nxt[1]} ({self._check.name(nxt[1])}) ran before the "
                 "context could hook its autograd node: start the backward pass inside the "
@@ -603,6 +622,26 @@ def _strategies(strategy, graph):
 
 def _weak(t):
     return weakref.ref(t)
+
+
+class _ValueIds:
+    """The graph value ``(v, k)`` each tensor of the step is, looked up by the tensor's
+    ``id``: a weak reference beside each entry tells a live tensor from a later one that
+    reuses a dead one's ``id``. The executor looks up every argument of every operation;
+    ``torch.utils.weak.WeakIdKeyDictionary`` costs five Python calls a lookup, this one
+    none."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self):
+        self._by_id = {}
+
+    def get(self, t):
+        entry = self._by_id.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def __setitem__(self, t, ref):
+        self._by_id[id(t)] = (weakref.ref(t), ref)
 
 
 def _measure(tensors):

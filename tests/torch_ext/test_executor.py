@@ -14,6 +14,7 @@ from torch_ext import (  # noqa: E402
     HookUsageError,
     RecomputeContext,
     StrategyMismatchError,
+    _branches,
     _compat,
     _replay,  # noqa: E402
 )
@@ -56,6 +57,73 @@ def check_plan(name, plan_name):
 @pytest.mark.parametrize("name", NETS)
 def test_plans_run_bitwise_with_the_schedule(name, plan_name):
     check_plan(name, plan_name)
+
+
+@pytest.mark.parametrize("plan_name", ["min_peak", "chen", "solve"])
+@pytest.mark.parametrize("name", NETS)
+def test_plans_run_with_the_schedule_unrecorded(name, plan_name):
+    """Without record the executor hooks only the backward calls with events beside them
+    (:func:`torch_ext._branches.watched_calls`) and passes the others: the gradients stay
+    bitwise, the same values are recomputed and the measured peak is still the schedule's
+    (a free or a recomputation run at another backward call would move it)."""
+    model, fn, graph, state, named = _net(name)
+    plan = named[plan_name]
+    plain, _, _ = step(model, fn, state)
+    planned, peak, ctx = step(model, fn, state, plan, record=False)
+    assert first_difference(plain, planned) is None
+    predicted = plan.schedule.peak - graph.facts.resident
+    assert abs(peak - predicted) <= SLACK + 0.005 * peak, (peak, predicted)
+    assert ctx.last_step["recomputed"] == plan.schedule.recomputed
+
+
+def test_watched_calls_by_hand():
+    """A schedule written out by hand: the gap between backward 2 and backward 1 holds only
+    a note (free_grad), the one before backward 0 a free and a recomputation."""
+    plan = [("forward", 0, (0,)), ("forward", 1, (0,)), ("forward", 2, (0,)),
+            ("seed_grad", 2, (0,)), ("backward", 2, ()), ("free_grad", 2, ()),
+            ("backward", 1, ()), ("free_grad", 1, ()), ("free_value", 1, (0,)),
+            ("recompute", 0, (0,)), ("backward", 0, ()), ("free_grad", 0, ()),
+            ("free_value", 0, (0,))]
+    before, after = _branches.watched_calls(plan)
+    assert before == {2, 0}     # the first backward call; the one after a gap with events
+    assert after == {1, 0}      # the one before that gap; the last
+    cursor_plan = plan[:4]      # no backward call at all
+    assert _branches.watched_calls(cursor_plan) == (set(), set())
+
+
+def test_fewer_autograd_nodes_are_hooked_than_run_backward(monkeypatch):
+    """The mechanism: a plan hooks the autograd nodes :func:`watched_calls` names, fewer than
+    the backward calls of the step; with record every one."""
+    model, fn, graph, state, named = _net("attention")
+    plan = named["chen"]
+    ctx = RecomputeContext(plan)
+    with ctx:
+        fn().backward()
+    n = len(graph.facts.backward_order)
+    before, after = _branches.watched_calls(lowerset.EventCursor(plan.schedule).plan)
+    assert ctx._hooked_before == before and ctx._hooked_after == after
+    assert len(before) < n and len(after) < n, (len(before), len(after), n)
+    recording = RecomputeContext(plan, record=True)
+    with recording:
+        fn().backward()
+    assert len(recording._hooked_before) == len(recording._hooked_after) == n
+
+
+def test_too_few_hooks_are_caught(monkeypatch):
+    """The planted fault: hooking only the first and the last backward call leaves the events
+    between them unrun; the executor raises at the last one instead of passing them."""
+    model, fn, graph, state, named = _net("attention")
+    plan = named["chen"]
+    assert plan.schedule.recomputed
+
+    def ends_only(plan_events):
+        calls = [e[1] for e in plan_events if e[0] == "backward"]
+        return {calls[0]}, {calls[-1]}
+
+    monkeypatch.setattr(_branches, "watched_calls", ends_only)
+    with pytest.raises((StrategyMismatchError, HookUsageError)):
+        with RecomputeContext(plan):
+            fn().backward()
 
 
 def test_dropout_draws_the_same_values_when_recomputed():
