@@ -40,11 +40,12 @@ _UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
 
 #: The containers pytree flattens in a call's arguments (:func:`flatten_call`).
 _CONTAINERS = (tuple, list, dict)
+_NESTED = (torch.Tensor, tuple, list, dict)
 
 
 class _FlatSpec(NamedTuple):
-    """The spec of a call whose arguments hold no tuple, list or dict: its leaves are its
-    positional arguments, then its keyword arguments' values."""
+    """The spec of a call whose tensors are all arguments of their own: its leaves are its
+    positional arguments, then its keyword arguments' values (a list of sizes one leaf)."""
 
     n_args: int
     keys: tuple
@@ -52,15 +53,24 @@ class _FlatSpec(NamedTuple):
 
 def flatten_call(args, kwargs):
     """Leaves and spec of ``(args, kwargs)``: :func:`unflatten_call` rebuilds the call. A
-    call whose arguments hold no tuple, list or dict (most ATen calls) has its arguments as
-    leaves and a :class:`_FlatSpec`, which :func:`unflatten_call` reads without pytree (its
-    ``tree_unflatten`` walks a spec per leaf, at every recomputation); any other call is
-    pytree's."""
+    call whose tensors are all arguments of their own (most ATen calls: no list of tensors)
+    has its arguments as leaves and a :class:`_FlatSpec`, which :func:`unflatten_call` reads
+    without pytree (whose flatten and unflatten walk a spec per leaf, at every capture and
+    recomputation); any other call is pytree's."""
     kwargs = kwargs or {}
-    if not any(isinstance(x, _CONTAINERS) for x in args) and not any(
-            isinstance(x, _CONTAINERS) for x in kwargs.values()):
+    if all(map(_opaque, args)) and all(map(_opaque, kwargs.values())):
         return list(args) + list(kwargs.values()), _FlatSpec(len(args), tuple(kwargs))
     return tree_flatten((tuple(args), dict(kwargs)))
+
+
+def _opaque(x):
+    """Whether argument `x` is a leaf of :func:`flatten_call`'s flat spec: not a container,
+    or one of scalars (a view's sizes: a tuple, list or dict holding no tensor and no
+    container, passed on whole)."""
+    if not isinstance(x, _CONTAINERS):
+        return True
+    items = x.values() if isinstance(x, dict) else x
+    return not any(isinstance(y, _NESTED) for y in items)
 
 
 
