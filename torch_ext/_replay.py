@@ -62,6 +62,7 @@ class ForwardCheck:
         self._in_obj = [tuple(None if x[0] == "node" else _objects(x[1]) for x in sig)
                         for sig in self._in_sig]
         self._out_obj = [tuple(map(_objects, sig)) for sig in self._out_sig]
+        self._calls = [_CallFacts(a) for a in self.attrs]
         self.reset()
 
     def _add_absorbed(self, a, key):
@@ -132,7 +133,7 @@ class ForwardCheck:
                 f"operation {i} ({func}) reads a value of the graph where the traced step "
                 "read only parameters and inputs; re-trace and re-plan", i, func, None, tensors)
         self.position += 1
-        return Call(v, tensors, self.attrs[v] if v is not None else None)
+        return Call(v, tensors, self._calls[v] if v is not None else None)
 
     def _inputs_match(self, v, tensors, value_of):
         exp = self._in_sig[v]
@@ -254,6 +255,22 @@ def _fmt_exp(x):
     return f"external {shape}:{dtype}:{device}"
 
 
+class _CallFacts:
+    """What the trace recorded of a node's tensor arguments that a recomputation needs, read
+    once per context: ``sources[i]``, the value ``(node, output)`` argument `i` is (None for
+    an external tensor); ``externals``, ``(i, written in place)`` per external argument;
+    ``random``, whether the call draws random numbers."""
+
+    __slots__ = ("sources", "externals", "random")
+
+    def __init__(self, attrs):
+        inputs = attrs["inputs"]
+        mutates = set(attrs.get("mutates", ()))
+        self.sources = [(x[1], x[2]) if x[0] == "node" else None for x in inputs]
+        self.externals = [(i, i in mutates) for i, x in enumerate(inputs) if x[0] != "node"]
+        self.random = bool(attrs.get("random"))
+
+
 class Call:
     """One node's call: what the executor checked before it ran, and, captured in the forward
     pass, what a recomputation needs (the non-tensor arguments, the external tensors, the
@@ -266,24 +283,21 @@ class Call:
         The call's tensor arguments in the forward pass (dropped once captured).
     """
 
-    def __init__(self, node, tensors, attrs):
-        self.node, self.tensors, self.attrs = node, tensors, attrs
+    def __init__(self, node, tensors, facts):
+        self.node, self.tensors, self.facts = node, tensors, facts
         self.rerun_tensors = None
 
     def capture(self, func, args, kwargs):
         """Keep what a recomputation needs; return self."""
         leaves, self.spec = _ops.flatten_call(args, kwargs)
         self.func = func
-        self.positions = _ops.tensor_positions(leaves)
-        inputs = self.attrs["inputs"]
-        mutates = set(self.attrs.get("mutates", ()))
-        self.sources = [(inputs[i][1], inputs[i][2]) if inputs[i][0] == "node" else None
-                        for i in range(len(self.positions))]
-        self.externals = {i: (leaves[p], i in mutates) for i, p in enumerate(self.positions)
-                          if inputs[i][0] != "node"}
-        at = set(self.positions)
-        self.leaves = [None if i in at else x for i, x in enumerate(leaves)]
-        self.rng = _Draws(func, self.tensors) if self.attrs.get("random") else None
+        self.positions = positions = _ops.tensor_positions(leaves)
+        self.externals = {i: (leaves[positions[i]], written)
+                          for i, written in self.facts.externals}
+        for p in positions:   # the values are the schedule's to hold, not the call's
+            leaves[p] = None
+        self.leaves = leaves
+        self.rng = _Draws(func, self.tensors) if self.facts.random else None
         self.tensors = None
         return self
 
@@ -293,7 +307,7 @@ class Call:
         leaves = list(self.leaves)
         tensors = []
         for i, p in enumerate(self.positions):
-            src = self.sources[i]
+            src = self.facts.sources[i]
             if src is not None:
                 t = held.get(src)
                 if t is None:  # pragma: no cover - the schedule recomputes inputs first
