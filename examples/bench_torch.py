@@ -1274,6 +1274,48 @@ def page_markdown(data):
     return md + ("" if seconds is None else f"\nWall time: {seconds:.0f} s.\n")
 
 
+def least_row(res, method):
+    """The row of `method` with the least measured peak on one network (ties: the fewer
+    recomputed FLOPs), or None where the method did not run there."""
+    mine = [r for r in res["rows"] if r["method"] == method]
+    return min(mine, key=lambda r: (r["peak"], r["recomputed_flops"])) if mine else None
+
+
+#: The README's names of the networks.
+README_NAMES = {"resnet50": "ResNet-50", "unet": "U-Net", "gpt": "GPT-like stack", "mlp": "MLP"}
+
+
+def readme_table(results):
+    """The README's table of a run's networks: the plain step's peak, and the least measured
+    peak (MB) and its step time over the plain step's of PyTorch's eager tools (the best of
+    them, named), of ours, of ``torch.compile``'s budget (the best solver, named) and of ours
+    inside ``torch.compile``; "not bitwise" where the gradients differ from the plain step's.
+    tests/torch_ext/test_bench_torch.py checks README.md against results/bench_torch_cpu.json."""
+    def cell(rows, named):
+        rows = [r for r in rows if r is not None]
+        if not rows:
+            return "n/a"
+        r = min(rows, key=lambda r: (r["peak"], r["recomputed_flops"]))
+        what = [r["method"].replace("compile_", "")] if named else []
+        what.append(f"{r['time_ratio']:.2f}x")
+        if not r["bitwise"]:
+            what.append("not bitwise")
+        return f"{_mb(r['peak'])} ({', '.join(what)})"
+
+    out = ["| network | plain step | PyTorch's least peak (tool, time) | lowerset, least peak "
+           "(time) | `torch.compile`'s budget, least peak (solver, time) | lowerset inside "
+           "`torch.compile`, least peak (time) |", "|---|---|---|---|---|---|"]
+    for res in results:
+        eager = [least_row(res, m) for m in PYTORCH_METHODS if m not in COMPILE_METHODS]
+        compiled = [least_row(res, m) for m in COMPILE_METHODS]
+        cells = [_mb(least_row(res, "plain")["peak"]), cell(eager, True),
+                 cell([least_row(res, "lowerset")], False), cell(compiled, True),
+                 cell([least_row(res, "lowerset_compiled")], False)]
+        name = README_NAMES.get(res["network"], res["network"])
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
 def summary_md(results):
     """Two tables over all networks: each method's least measured peak, and every budget."""
     names = ("plain",) + PYTORCH_METHODS + ("lowerset", "sac_cuts", "lowerset_compiled")
@@ -1285,11 +1327,10 @@ def summary_md(results):
     for res in results:
         cells = []
         for method in names:
-            mine = [r for r in res["rows"] if r["method"] == method]
-            if not mine:
+            r = least_row(res, method)
+            if r is None:
                 cells.append("n/a")
                 continue
-            r = min(mine, key=lambda r: (r["peak"], r["recomputed_flops"]))
             marks = ("" if r["bitwise"] else "*") + ("" if r["buffers"] else "+")
             at = ("" if r["setting"] is None or method.startswith("lowerset")
                   else f" @{r['setting']:g}")

@@ -196,3 +196,33 @@ def test_rotated_times_rotate_the_order_and_prepare_each_run_untimed():
     times = bt.rotated_times(runs, 3, prepare=lambda k: calls.append(k.upper()))
     assert "".join(calls) == "AaBbCc" + "BbCcAa" + "CcAaBb"
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def _row(method, peak, time_ratio, flops=0, bitwise=True):
+    return {"method": method, "peak": peak, "time_ratio": time_ratio,
+            "recomputed_flops": flops, "bitwise": bitwise}
+
+
+def test_readme_table_of_hand_made_rows():
+    """Each cell is the method's least measured peak (ties: fewer FLOPs) with its time; the
+    best eager tool and the best solver are named; a non-bitwise row says so."""
+    rows = [_row("plain", 100e6, 1.0), _row("checkpoint", 70e6, 1.3),
+            _row("checkpoint_sequential", 60e6, 1.4), _row("sac", 90e6, 1.1),
+            _row("compile_dp", 80e6, 1.2, flops=5), _row("compile_ilp", 80e6, 1.25, flops=3,
+                                                        bitwise=False),
+            _row("lowerset", 55e6, 1.35), _row("lowerset", 65e6, 1.1),
+            _row("lowerset_compiled", 58e6, 1.3)]
+    table = bt.readme_table([{"network": "gpt", "rows": rows}])
+    assert table[2] == ("| GPT-like stack | 100.0 | 60.0 (checkpoint_sequential, 1.40x) | "
+                        "55.0 (1.35x) | 80.0 (ilp, 1.25x, not bitwise) | 58.0 (1.30x) |")
+
+
+def test_readme_shows_the_committed_cpu_run():
+    """README.md's table is the rendering of results/bench_torch_cpu.json (not typed by
+    hand): re-render it (bench_torch.readme_table) when the run is re-made."""
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    data = json.loads((root / "results" / "bench_torch_cpu.json").read_text())
+    readme = (root / "README.md").read_text()
+    assert "\n".join(bt.readme_table(data["results"])) in readme
