@@ -198,7 +198,7 @@ def test_rotated_times_rotate_the_order_and_prepare_each_run_untimed():
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
 
 
-def _row(method, peak, time_ratio, flops=0, bitwise=True):
+def _least(method, peak, time_ratio, flops=0, bitwise=True):
     return {"method": method, "peak": peak, "time_ratio": time_ratio,
             "recomputed_flops": flops, "bitwise": bitwise}
 
@@ -206,12 +206,12 @@ def _row(method, peak, time_ratio, flops=0, bitwise=True):
 def test_readme_table_of_hand_made_rows():
     """Each cell is the method's least measured peak (ties: fewer FLOPs) with its time; the
     best eager tool and the best solver are named; a non-bitwise row says so."""
-    rows = [_row("plain", 100e6, 1.0), _row("checkpoint", 70e6, 1.3),
-            _row("checkpoint_sequential", 60e6, 1.4), _row("sac", 90e6, 1.1),
-            _row("compile_dp", 80e6, 1.2, flops=5), _row("compile_ilp", 80e6, 1.25, flops=3,
+    rows = [_least("plain", 100e6, 1.0), _least("checkpoint", 70e6, 1.3),
+            _least("checkpoint_sequential", 60e6, 1.4), _least("sac", 90e6, 1.1),
+            _least("compile_dp", 80e6, 1.2, flops=5), _least("compile_ilp", 80e6, 1.25, flops=3,
                                                         bitwise=False),
-            _row("lowerset", 55e6, 1.35), _row("lowerset", 65e6, 1.1),
-            _row("lowerset_compiled", 58e6, 1.3)]
+            _least("lowerset", 55e6, 1.35), _least("lowerset", 65e6, 1.1),
+            _least("lowerset_compiled", 58e6, 1.3)]
     table = bt.readme_table([{"network": "gpt", "rows": rows}])
     assert table[2] == ("| GPT-like stack | 100.0 | 60.0 (checkpoint_sequential, 1.40x) | "
                         "55.0 (1.35x) | 80.0 (ilp, 1.25x, not bitwise) | 58.0 (1.30x) |")
