@@ -38,7 +38,8 @@ _UNINITIALIZED = frozenset({"empty", "empty_like", "new_empty", "empty_strided",
                             "new_empty_strided", "empty_permuted"})
 
 
-#: The containers pytree flattens in a call's arguments (:func:`flatten_call`).
+#: The containers pytree flattens in a call's arguments (:func:`flatten_call`), and what a
+#: container passed on whole must not hold.
 _CONTAINERS = (tuple, list, dict)
 _NESTED = (torch.Tensor, tuple, list, dict)
 
@@ -71,7 +72,6 @@ def _opaque(x):
         return True
     items = x.values() if isinstance(x, dict) else x
     return not any(isinstance(y, _NESTED) for y in items)
-
 
 
 def unflatten_call(leaves, spec):

@@ -629,7 +629,7 @@ class _ValueIds:
     ``id``: a weak reference beside each entry tells a live tensor from a later one that
     reuses a dead one's ``id``. The executor looks up every argument of every operation;
     ``torch.utils.weak.WeakIdKeyDictionary`` costs five Python calls a lookup, this one
-    none."""
+    a dictionary lookup and a call of the weak reference."""
 
     __slots__ = ("_by_id",)
 
