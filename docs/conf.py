@@ -52,13 +52,15 @@ autodoc_typehints = "none"
 
 # Doctests: only the ``{doctest}`` / ``{testcode}`` blocks of the pages run (the docstrings'
 # examples run in pytest --doctest-modules, scripts/test.sh). A page's block that needs a
-# framework says so with ``:skipif: not HAVE_TORCH`` (or HAVE_CHAINER).
+# framework says so with ``:skipif: not HAVE_TORCH`` (or HAVE_CHAINER); one that reads the
+# authors' graphs, with ``:skipif: not HAVE_GRAPHS`` (the graphs are not in the repository).
 doctest_test_doctest_blocks = ""
 doctest_global_setup = f"""
 import importlib.util, os, warnings
 HAVE_CHAINER = importlib.util.find_spec("chainer") is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 GRAPHS = os.environ.get("LOWERSET_GRAPHS", {str(ROOT.parent / "shared" / "graphs")!r})
+HAVE_GRAPHS = os.path.isdir(GRAPHS) and any(f.startswith("cg_") for f in os.listdir(GRAPHS))
 import lowerset
 import lowerset as ls
 """
