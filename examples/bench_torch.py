@@ -1274,11 +1274,16 @@ def page_markdown(data):
     return md + ("" if seconds is None else f"\nWall time: {seconds:.0f} s.\n")
 
 
+def _by_peak(row):
+    """The order of rows by least measured peak, ties by fewer recomputed FLOPs."""
+    return row["peak"], row["recomputed_flops"]
+
+
 def least_row(res, method):
     """The row of `method` with the least measured peak on one network (ties: the fewer
     recomputed FLOPs), or None where the method did not run there."""
     mine = [r for r in res["rows"] if r["method"] == method]
-    return min(mine, key=lambda r: (r["peak"], r["recomputed_flops"])) if mine else None
+    return min(mine, key=_by_peak) if mine else None
 
 
 #: The README's names of the networks.
@@ -1295,7 +1300,7 @@ def readme_table(results):
         rows = [r for r in rows if r is not None]
         if not rows:
             return "n/a"
-        r = min(rows, key=lambda r: (r["peak"], r["recomputed_flops"]))
+        r = min(rows, key=_by_peak)
         what = [r["method"].replace("compile_", "")] if named else []
         what.append(f"{r['time_ratio']:.2f}x")
         if not r["bitwise"]:

@@ -245,7 +245,7 @@ class RecomputeContext:
         self._value_of = _ValueIds()
         self._calls = {}        # v -> Call: what a recomputation of v needs
         self._prints = {}       # v -> fingerprints of its outputs in the forward pass (check)
-        self._pending = []      # (v, weakrefs of outputs): their autograd nodes to hook
+        self._pending = []      # (v, watched before, after, weakrefs of outputs): to hook
         self._hooked_before = set()  # graph nodes whose autograd node has the pre-hook
         self._hooked_after = set()   # ... the post-hook
         self._gy = 0
@@ -386,8 +386,9 @@ class RecomputeContext:
             self._note("forward", v, sum(b for b, _ in sizes),
                        range(len(self._check.facts[v].outputs)))
         del tensors
-        if any(self._branches.watched(v)):
-            self._pending.append((v, [_weak(o) for o in outs]))
+        before, after = self._branches.watched(v)
+        if before or after:
+            self._pending.append((v, before, after, [_weak(o) for o in outs]))
         del outs
         self._run_events(self._branches.forward_events())
         return out
@@ -396,8 +397,7 @@ class RecomputeContext:
         """Hook the autograd nodes of the operations whose outputs have them by now: a
         pre-hook where a schedule has events to run before the node's backward call, a
         post-hook where it has some after (:func:`torch_ext._branches.watched_calls`)."""
-        for v, refs in self._pending:
-            before, after = self._branches.watched(v)
+        for v, before, after, refs in self._pending:
             for r in refs:
                 t = r()
                 fn = None if t is None else t.grad_fn
