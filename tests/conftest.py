@@ -38,7 +38,8 @@ def fan(width):
 
 def contracted_family_by_definition(g):
     """The lower sets of `g` in which a node of no memory with one predecessor is in the set
-    exactly when that predecessor is (networkx), and the pruned sets."""
+    exactly when that predecessor is, and every isolated node exactly when the first one is
+    (networkx), and the pruned sets."""
     import networkx as nx
 
     from lowerset.bruteforce import subset_lower_sets
@@ -46,6 +47,8 @@ def contracted_family_by_definition(g):
     G = g.to_networkx()
     tied = [(v, next(iter(G.predecessors(v)))) for v in g.labels
             if g.memory[g.index[v]] == 0 and G.in_degree(v) == 1]
+    isolated = [v for v in g.labels if G.degree(v) == 0]
+    tied += [(v, isolated[0]) for v in isolated[1:]]
     whole = {L for L in subset_lower_sets(g) if all((v in L) == (u in L) for v, u in tied)}
     pruned = {frozenset(nx.ancestors(G, v) | {v}) for v in g.labels}
     return whole | pruned | {frozenset(g.labels)}
