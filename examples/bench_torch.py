@@ -17,17 +17,18 @@ and backward, no optimizer) is run under each method:
   ``torch._functorch.partitioners.get_default_op_list()`` (mm, addmm, bmm, convolution,
   flash/efficient attention, ...) are saved, every other op is recomputed;
 - ``compile_dp``, ``compile_ilp``: ``torch.compile`` of the loss computation (the model and
-  its loss) with ``aot_eager`` (its forward and backward compilers wrapped to count FLOPs:
-  :class:`CompiledSettings`), with ``torch._functorch.config.activation_memory_budget`` at each
+  its loss) with ``aot_eager``, or Inductor with ``--compiler inductor`` (the forward and
+  backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with ``torch._functorch.config.activation_memory_budget`` at each
   ratio of ``RATIOS[preset]`` and ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP
   needs scipy);
 - ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
   .peak``);
-- ``lowerset_compiled``: ``torch.compile`` of the loss computation with ``aot_eager`` as for
+- ``lowerset_compiled``: ``torch.compile`` of the loss computation with the compiler of
   ``compile_dp``, AOTAutograd's joint graph partitioned by
-  ``torch_ext.compiled.PlannedPartition``: our plan of the compiled graph at our least peak
+  ``torch_ext.compiled.PlannedPartition`` (under Inductor as its ``custom_partitioner_fn``,
+  ``torch_ext.compiled.InductorPartition``): our plan of the compiled graph at our least peak
   and at each B where one fits by the liveness analysis of the partitioned graphs (its
   prediction, ``CompiledPlan.peak``), its dropped values recomputed in the backward graph;
 - ``sac_cuts`` (beside ours, not in the targets): a canonical strategy that is not planned, its
@@ -443,8 +444,9 @@ def recomputed_nodes(fw_gm, bw_gm):
 
 class CompiledSettings:
     """A ``torch.compile`` backend that compiles each graph Dynamo captures once per setting
-    ``(solver, ratio)`` with ``aot_eager`` (its compilers wrapped to count the FLOPs of the
-    forward and backward graphs), and runs the setting :attr:`current` names.
+    ``(solver, ratio)`` with ``aot_eager`` or Inductor (`compiler`; its compilers wrapped to
+    count the FLOPs of the forward and backward graphs), and runs the setting :attr:`current`
+    names.
 
     Dynamo traces the model once; AOTAutograd partitions its joint graph once per setting, with
     ``activation_memory_budget`` and ``activation_memory_budget_solver`` patched for that call
@@ -478,9 +480,10 @@ class CompiledSettings:
         Setting -> seconds AOTAutograd took.
     """
 
-    def __init__(self, settings, resident=0):
+    def __init__(self, settings, resident=0, compiler="aot_eager"):
         self.settings = list(settings)
         self.resident = resident
+        self.compiler = compiler
         self.outside = 0
         self.current = self.settings[0]
         self.flops = {s: dict.fromkeys(("forward", "backward", "recomputed",
@@ -492,24 +495,37 @@ class CompiledSettings:
         self.plans = {s: [] for s in self.settings if s[0] == OURS_COMPILED}
         self.infeasible = set()
 
+    def _count(self, setting, part, gm):
+        """Count the FLOPs of graph `gm`, the forward or backward `part` of `setting`."""
+        count = self.flops[setting]
+        count[part] += graph_flops(gm)[0]
+        if part == "forward":
+            self._forward[setting] = gm
+        else:
+            formula, flops = graph_flops(gm, recomputed_nodes(self._forward[setting], gm))
+            count["recomputed_formula"] += formula
+            count["recomputed"] += flops
+        self.code[setting].append(gm.code)
+
     def _compiler(self, setting, part):
         from torch._dynamo.backends.debugging import boxed_nop
 
         def compile_part(gm, example_inputs):
-            count = self.flops[setting]
-            count[part] += graph_flops(gm)[0]
-            if part == "forward":
-                self._forward[setting] = gm
-            else:
-                formula, flops = graph_flops(
-                    gm, recomputed_nodes(self._forward[setting], gm))
-                count["recomputed_formula"] += formula
-                count["recomputed"] += flops
-            self.code[setting].append(gm.code)
+            self._count(setting, part, gm)
             # aot_eager's own compiler: the graph's boxed code releases each input after its
             # last use (a plain wrapper would keep every saved tensor to the backward's end)
             return boxed_nop(gm, example_inputs)
         return compile_part
+
+    def _inductor(self, setting, gm, example_inputs):
+        """`gm` compiled by Inductor (``compile_fx``), its inner compiler wrapped to count the
+        FLOPs of the forward and backward graphs."""
+        from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+        def inner(graph, inputs, **kwargs):
+            self._count(setting, "backward" if kwargs.get("is_backward") else "forward", graph)
+            return compile_fx_inner(graph, inputs, **kwargs)
+        return compile_fx(gm, example_inputs, inner_compile=inner)
 
     def backend(self, gm, example_inputs):
         import torch._functorch.config as functorch_config
@@ -524,6 +540,12 @@ class CompiledSettings:
             # measured step)
             if solver == OURS_COMPILED:
                 compiled[s] = self._ours(s, gm, example_inputs)
+            elif self.compiler == "inductor":
+                with functorch_config.patch(activation_memory_budget=ratio,
+                                            activation_memory_budget_solver=solver,
+                                            force_non_lazy_backward_lowering=True,
+                                            enable_autograd_cache=False):
+                    compiled[s] = self._inductor(s, gm, example_inputs)
             else:
                 with functorch_config.patch(activation_memory_budget=ratio,
                                             activation_memory_budget_solver=solver,
@@ -538,7 +560,7 @@ class CompiledSettings:
         return run
 
     def _ours(self, s, gm, example_inputs):
-        """`gm` compiled with ``aot_eager``'s compilers and our partition at budget ``s[1]``;
+        """`gm` compiled with :attr:`compiler` and our partition at budget ``s[1]``;
         None where it is infeasible."""
         import torch._functorch.config as functorch_config
         from torch._dynamo.backends.common import aot_autograd
@@ -547,6 +569,11 @@ class CompiledSettings:
         try:
             with functorch_config.patch(force_non_lazy_backward_lowering=True,
                                         enable_autograd_cache=False):
+                if self.compiler == "inductor":
+                    import torch._inductor.config as inductor_config
+                    with inductor_config.patch(
+                            custom_partitioner_fn=torch_ext.compiled.InductorPartition(part)):
+                        return self._inductor(s, gm, example_inputs)
                 return aot_autograd(fw_compiler=self._compiler(s, "forward"),
                                     bw_compiler=self._compiler(s, "backward"),
                                     partition_fn=part,
@@ -730,8 +757,9 @@ def _log(msg, t0=[None]):  # noqa: B006 - a start time shared by the calls
 
 
 def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budgets=N_BUDGETS,
-                  ilp=None):
-    """Run every method on network `name`; return its result dict (rows, budgets, targets)."""
+                  ilp=None, compiler="aot_eager"):
+    """Run every method on network `name`, the compiled ones with `compiler` ("aot_eager" or
+    "inductor"); return its result dict (rows, budgets, targets)."""
     ratios = RATIOS[preset] if ratios is None else ratios
     rounds = ROUNDS[preset] if rounds is None else rounds
     ilp = importlib.util.find_spec("scipy") is not None if ilp is None else ilp
@@ -771,7 +799,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     if not ilp:
         not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
     ours_compiled = [(OURS_COMPILED, b) for b in [None] + budgets]
-    switch = CompiledSettings(settings + ours_compiled, resident)
+    switch = CompiledSettings(settings + ours_compiled, resident, compiler)
     compiled = torch.compile(functools.partial(case.net.loss, case.model),
                              backend=switch.backend)
     case.reset()
@@ -869,7 +897,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
             row["fits"] = row["peak"] <= cfg.setting
         rows.append(row)
     load.append(os.getloadavg()[0])
-    result = {"network": name, "batch": case.batch_size, "sizes": case.sizes,
+    result = {"network": name, "compiler": compiler, "batch": case.batch_size,
+              "sizes": case.sizes,
               "nodes": len(graph.labels), "resident": resident, "plain_predicted": plain_pred,
               "least_predicted": least_plan.schedule.peak, "budgets": budgets,
               "plain_flops": plain["step_flops"],
@@ -1407,6 +1436,7 @@ def _network_md(res):
         head += f" Step times: medians of {res['rounds']} rotated rounds."
     for k, why in res["not_applicable"].items():
         head += f" {k}: not run ({why})."
+    head += f" Compiled methods: {res.get('compiler', 'aot_eager')}."
     if res["compiled_graphs"] != 1:
         head += f" torch.compile captured {res['compiled_graphs']} graphs."
     out = [f"### {res['network']} (batch {res['batch']}{sizes})", "", head, "",
@@ -1487,6 +1517,9 @@ def main(argv=None):
     parser.add_argument("--device", default=None,
                         help="cpu or cuda (default: cuda for --preset gpu, else cpu)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds")
+    parser.add_argument("--compiler", choices=("aot_eager", "inductor"), default="aot_eager",
+                        help="what compiles the graphs of the compiled methods (default "
+                             "aot_eager: op by op, as the plans' model runs them)")
     parser.add_argument("--ratios", type=float, nargs="+", default=None,
                         help="activation_memory_budget ratios (default RATIOS[preset])")
     parser.add_argument("--threads", type=int, default=None,
@@ -1523,7 +1556,8 @@ def main(argv=None):
     _log(machine_line(info))
     start = time.perf_counter()
     results = [bench_network(name, args.preset, device, ratios=args.ratios,
-                             rounds=args.rounds) for name in args.models]
+                             rounds=args.rounds, compiler=args.compiler)
+               for name in args.models]
     data = {"machine": info, "preset": args.preset, "results": results}
     if hf_names:
         size, rounds = HF_SIZES[args.preset], args.rounds or ROUNDS[args.preset]

@@ -59,7 +59,8 @@ from ._graph import TARGET_TOTAL_COST
 # torch._functorch and torch._inductor (1-2 s to import; torch.compile imports them anyway)
 _APIS = _compat.compile_apis()
 
-__all__ = ["PlannedPartition", "CompiledPlan", "backend", "joint_to_graph", "COMPILERS"]
+__all__ = ["PlannedPartition", "InductorPartition", "CompiledPlan", "backend", "joint_to_graph",
+           "COMPILERS"]
 
 #: The compilers :func:`backend` wraps: AOTAutograd's ``aot_eager`` (the graphs run op by op)
 #: and ``inductor`` (``torch.compile``'s default).
@@ -617,7 +618,7 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     else:
         def compile_fn(gm, example_inputs):
             with _APIS["inductor_config"].patch(
-                    custom_partitioner_fn=_InductorPartition(partition)):
+                    custom_partitioner_fn=InductorPartition(partition)):
                 return _APIS["compile_fx"](gm, example_inputs)
 
     def run(gm, example_inputs):
@@ -630,10 +631,20 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     return run
 
 
-class _InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]
-    """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``. Its uuid is None,
-    so Inductor skips its cache (a cached graph would carry no record in ``plans``); it
-    pickles as its settings, which Inductor's cache key reads."""
+class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]
+    """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``.
+
+    ``torch.compile(model, options={"custom_partitioner_fn": InductorPartition(part)})``
+    compiles with Inductor's own settings (``mode``, other options) and partitions every
+    joint graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Its uuid is
+    None, so Inductor's cache is skipped (a cached graph would carry no record in
+    ``part.plans``); it pickles as the partition's settings, which Inductor's cache key
+    reads.
+
+    Parameters
+    ----------
+    partition : PlannedPartition
+    """
 
     def __init__(self, partition: PlannedPartition) -> None:
         self.partition = partition
@@ -651,6 +662,6 @@ class _InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, nam
 
 
 def _inductor_partition(budget, outside, method, time_limit, measure_workspace):
-    return _InductorPartition(PlannedPartition(budget, outside=outside, method=method,
+    return InductorPartition(PlannedPartition(budget, outside=outside, method=method,
                                                time_limit=time_limit,
                                                measure_workspace=measure_workspace))

@@ -114,6 +114,9 @@ TABLES = {
     "bench_torch_llama": ("bench_torch_llama/bench_torch_cpu.json", _bench_torch,
                           "python examples/bench_torch.py --preset cpu --models llama "
                           "--out results/bench_torch_llama"),
+    "bench_torch_inductor": ("bench_torch_inductor/bench_torch_cpu.json", _bench_torch,
+                             "python examples/bench_torch.py --preset cpu --threads 1 "
+                             "--compiler inductor --out results/bench_torch_inductor"),
     "bench_torch_hf": ("bench_torch_hf/bench_torch_cpu.json", _bench_torch,
                        "python examples/bench_torch.py --preset cpu --threads 1 --models --hf "
                        "--out results/bench_torch_hf"),

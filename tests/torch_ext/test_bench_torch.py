@@ -92,9 +92,11 @@ def test_flop_count_formulas_agree_with_flop_counter_mode(mlp):
     assert mine.flops > mine.formula
 
 
-def test_compiled_recomputation_is_counted_in_the_graphs(mlp):
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_compiled_recomputation_is_counted_in_the_graphs(mlp, compiler):
+    """The graphs each compiler is handed (Inductor: its inner compiler's) are counted."""
     torch._dynamo.reset()
-    switch = bt.CompiledSettings([("dp", 0.0), ("dp", 1.0)])
+    switch = bt.CompiledSettings([("dp", 0.0), ("dp", 1.0)], compiler=compiler)
     compiled = torch.compile(mlp.model, backend=switch.backend)
     mlp.reset()
     mlp.step(compiled)
@@ -112,10 +114,11 @@ def test_compiled_recomputation_is_counted_in_the_graphs(mlp):
     torch._dynamo.reset()
 
 
-def test_our_compiled_setting_is_counted_and_an_infeasible_budget_left_out(mlp):
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_our_compiled_setting_is_counted_and_an_infeasible_budget_left_out(mlp, compiler):
     torch._dynamo.reset()
     least, low = (bt.OURS_COMPILED, None), (bt.OURS_COMPILED, 1000)
-    switch = bt.CompiledSettings([("dp", 1.0), least, low])
+    switch = bt.CompiledSettings([("dp", 1.0), least, low], compiler=compiler)
     compiled = torch.compile(mlp.model, backend=switch.backend)
     mlp.reset()
     mlp.step(compiled)
