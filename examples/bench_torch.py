@@ -18,9 +18,9 @@ and backward, no optimizer) is run under each method:
   flash/efficient attention, ...) are saved, every other op is recomputed;
 - ``compile_dp``, ``compile_ilp``: ``torch.compile`` of the loss computation (the model and
   its loss) with ``aot_eager``, or Inductor with ``--compiler inductor`` (the forward and
-  backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with ``torch._functorch.config.activation_memory_budget`` at each
-  ratio of ``RATIOS[preset]`` and ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP
-  needs scipy);
+  backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with
+  ``torch._functorch.config.activation_memory_budget`` at each ratio of ``RATIOS[preset]``
+  and ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP needs scipy);
 - ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)

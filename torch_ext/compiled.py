@@ -650,9 +650,12 @@ class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name
         self.partition = partition
 
     def __call__(self, gm, joint_inputs, **kwargs):
+        """The forward and backward graphs of joint graph `gm`
+        (:meth:`PlannedPartition.__call__`)."""
         return self.partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> None:
+        """None: Inductor caches no graph this partition makes."""
         return None
 
     def __reduce__(self):
