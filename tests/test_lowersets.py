@@ -251,8 +251,8 @@ def test_contraction_groups_the_isolated_nodes():
 def test_the_isolated_nodes_moved_to_the_last_segment_drop_the_same_nodes(g, data):
     """The fact the grouping of isolated nodes rests on: every labelling has one with the
     isolated nodes all in its last segment (a segment left empty removed) that drops the same
-    nodes. Moving one into another segment can change them: a segment of isolated nodes alone
-    after the others makes theirs droppable (tested as drawn)."""
+    nodes. (Moving one into another segment can change them: a segment of isolated nodes
+    alone after the others makes theirs droppable, so the test moves them to the last one.)"""
     isolated = [v for v in range(g.n) if g.preds(v).size == 0 and g.succs(v).size == 0]
     seg = data.draw(st.lists(st.integers(0, 3), min_size=g.n, max_size=g.n), label="seg")
     seg = np.array(seg, dtype=np.int64)

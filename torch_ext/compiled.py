@@ -639,8 +639,8 @@ class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name
     """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``.
 
     ``torch.compile(model, options={"custom_partitioner_fn": InductorPartition(part)})``
-    compiles with Inductor's own settings (``mode``, other options) and partitions every
-    joint graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Its uuid is
+    compiles with Inductor, with any other of its options beside, and partitions every joint
+    graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Its uuid is
     None, so Inductor's cache is skipped (a cached graph would carry no record in
     ``part.plans``); it pickles as the partition's settings, which Inductor's cache key
     reads.
@@ -670,5 +670,5 @@ class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name
 
 def _inductor_partition(budget, outside, method, time_limit, measure_workspace):
     return InductorPartition(PlannedPartition(budget, outside=outside, method=method,
-                                               time_limit=time_limit,
-                                               measure_workspace=measure_workspace))
+                                              time_limit=time_limit,
+                                              measure_workspace=measure_workspace))
