@@ -55,15 +55,15 @@ import torch
 
 import lowerset
 
-from . import _compat, _fx_liveness, _ops, _workspace
+from . import _compat, _fx_liveness, _ops, _step_measure, _workspace
 from ._build import flop_costs
 from ._graph import TARGET_TOTAL_COST
 
 # torch._functorch and torch._inductor (1-2 s to import; torch.compile imports them anyway)
 _APIS = _compat.compile_apis()
 
-__all__ = ["PlannedPartition", "InductorPartition", "CompiledPlan", "backend", "joint_to_graph",
-           "COMPILERS"]
+__all__ = ["PlannedPartition", "InductorPartition", "CompiledPlan", "backend", "fit_measured",
+           "joint_to_graph", "COMPILERS"]
 
 #: The compilers :func:`backend` wraps: AOTAutograd's ``aot_eager`` (the graphs run op by op)
 #: and ``inductor`` (``torch.compile``'s default).
@@ -74,6 +74,10 @@ FIT_ROUNDS = 6
 
 #: A partition that fits its budget with less than this share of it left over ends the search.
 FIT_SLACK = 0.01
+
+#: How many planner budgets :func:`fit_measured` tries at most to fit one graph's measured step
+#: (each a compilation, unless its plan was compiled before).
+MEASURE_ROUNDS = 4
 
 
 class CompiledPlan(NamedTuple):
@@ -91,12 +95,21 @@ class CompiledPlan(NamedTuple):
         The predicted peak of the step (bytes): the highest point of the liveness analysis of
         the partitioned forward and backward graphs (:mod:`torch_ext._fx_liveness`), the
         graph's parameters and inputs included, the partition's `outside` bytes not.
+    measured : int or None
+        The compiled step's measured peak (bytes, on the same terms as `peak`) where
+        :func:`fit_measured` compiled it; None elsewhere.
+    rounds : tuple of (int, int, int)
+        Where :func:`fit_measured` compiled it: each compilation's ``(planner budget,
+        predicted peak, measured peak)`` in bytes, in order (the planner budget is the
+        partition's ``budget - outside``).
     """
 
     graph: lowerset.Graph
     plan: lowerset.CanonicalStrategy
     recomputed: tuple[str, ...]
     peak: int
+    measured: int | None = None
+    rounds: tuple[tuple[int, int, int], ...] = ()
 
 
 class _Group:
@@ -374,6 +387,8 @@ class PlannedPartition:
         self.budget, self.outside, self.method = budget, outside, method
         self.time_limit, self.measure_workspace = time_limit, measure_workspace
         self.plans: list[CompiledPlan] = []
+        # fit_measured's: the dropped sets (_dropped_key) of plans this graph was compiled with
+        self.compiled_before: set[bytes] = set()
 
     def plan(self, graph: lowerset.Graph, budget: int | None = None
              ) -> lowerset.CanonicalStrategy:
@@ -439,6 +454,9 @@ class PlannedPartition:
             chosen, graphs = self._least_partition(graph, partition)
         else:
             chosen, graphs = self._fit(graph, partition, self.budget)
+        key = _dropped_key(chosen.plan)
+        if key in self.compiled_before:
+            raise _CompiledBefore(key)
         self.plans.append(chosen)
         return graphs
 
@@ -562,6 +580,21 @@ def _next_budget(tried, target, bounds, least_step):
     return max(0, int(last + move))
 
 
+def _dropped_key(plan):
+    """What identifies a plan's compiled graphs: its dropped nodes (the partition's tags)."""
+    return lowerset.scheduling.dropped_nodes(plan).tobytes()
+
+
+class _CompiledBefore(Exception):
+    """Raised by a partition whose plan :func:`fit_measured` has compiled and measured
+    already (``PlannedPartition.compiled_before``), to stop a compilation that would repeat
+    it."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__("a plan compiled before")
+        self.key = key
+
+
 def _tag(plan, members):
     """Tag the forward FX nodes of `members` (per node id) ``MUST_RECOMPUTE`` where `plan` drops
     the node, ``MUST_SAVE`` elsewhere; the names of those tagged to recompute."""
@@ -578,12 +611,13 @@ def _tag(plan, members):
 
 def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "inductor",
             method: str = "auto", time_limit: float | str | None = lowerset.planner.DEFAULT,
-            measure_workspace: bool = True) -> Any:
+            measure_workspace: bool = True, measure_step: bool | None = None) -> Any:
     """A ``torch.compile`` backend whose partition saves what a lowerset plan keeps.
 
     ``torch.compile(model, backend=torch_ext.compiled.backend(budget))``: every graph the model
     compiles into is partitioned by a :class:`PlannedPartition`, found on the returned backend
-    as ``.partition`` (its ``plans`` say what each graph recomputes and its predicted peak).
+    as ``.partition`` (its ``plans`` say what each graph recomputes, its predicted peak and,
+    where the step was measured, its measured peak).
 
     Parameters
     ----------
@@ -594,10 +628,16 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
         Bytes the step holds besides the compiled graph's (see :class:`PlannedPartition`).
     compiler : {"inductor", "aot_eager"}
         What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
-        schedule's model, under which the budget holds; under Inductor it does not hold for
-        convolutions, see the module's notes).
+        prediction's model).
     method, time_limit, measure_workspace
         As :class:`PlannedPartition`.
+    measure_step : bool, optional
+        Hold `budget` by the compiled step's measured peak (:func:`fit_measured`): each
+        training graph is compiled, run forward and backward twice on copies of its inputs,
+        and compiled again at a planner budget moved by what the measurement missed or left
+        over. None (default): with a budget under Inductor, whose code differs from the
+        partitioned graphs the prediction analyses; under ``aot_eager`` the prediction holds
+        the budget.
 
     Returns
     -------
@@ -614,6 +654,8 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
                                      f"{COMPILERS}")
     partition = PlannedPartition(budget, outside=outside, method=method, time_limit=time_limit,
                                  measure_workspace=measure_workspace)
+    if measure_step is None:
+        measure_step = budget is not None and compiler == "inductor"
     if compiler == "aot_eager":
         compile_fn = _APIS["aot_autograd"](fw_compiler=_APIS["boxed_nop"],
                                            bw_compiler=_APIS["boxed_nop"],
@@ -629,10 +671,133 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
         # AOTAutograd's cache would hand back graphs partitioned before, by another plan or
         # none, and leave `plans` without a record of them
         with _APIS["functorch_config"].patch(enable_autograd_cache=False):
+            if measure_step:
+                return fit_measured(partition, compile_fn, gm, example_inputs)
             return compile_fn(gm, example_inputs)
 
     run.partition = partition  # type: ignore[attr-defined]
     return run
+
+
+def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.GraphModule,
+                 example_inputs: Any) -> Any:
+    """`gm` compiled by `compile_fn` with `partition`, its measured step fitting the budget.
+
+    Each round compiles `gm` (its backward too, not at the first backward pass), runs the
+    compiled step forward and backward on copies of the inputs
+    (:func:`torch_ext._step_measure.graph_step_peak`) and measures its peak. A step over
+    ``partition.budget - partition.outside`` is compiled again at a planner budget lowered by
+    what it missed; one under it by more than :data:`FIT_SLACK` at one raised by what it left
+    over (Inductor's fused code may hold less than the graphs' prediction), the steps after the
+    first scaled by how the measured peak followed the planner budget, and bisected once a
+    fitting and an overshooting budget bracket the answer (:func:`_next_budget`), for
+    :data:`MEASURE_ROUNDS` planner budgets at most; a plan compiled in an earlier round is not
+    compiled again (its partition stops the compilation and the round reuses its measurement).
+    The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
+    nothing. Of the fitting steps, the one recomputing least is returned, its
+    :class:`CompiledPlan` (``measured``, ``rounds``) appended to ``partition.plans`` in place
+    of the rounds'.
+
+    Without a budget, or for a graph with no backward (nothing partitioned, no gradient), the
+    first compilation is returned, measured where it has a backward.
+
+    Parameters
+    ----------
+    partition : PlannedPartition
+        The partition `compile_fn` uses; its ``budget`` is set for each round and restored.
+    compile_fn : callable
+        ``compile_fn(gm, example_inputs) -> compiled``, a ``torch.compile`` backend that
+        partitions with `partition` (as :func:`backend` makes one).
+    gm : torch.fx.GraphModule
+        The graph Dynamo captured.
+    example_inputs : sequence
+        Its real example inputs (the backend's).
+
+    Returns
+    -------
+    callable
+        The compiled graph.
+
+    Raises
+    ------
+    lowerset.InfeasibleBudgetError
+        If no compiled step measured fits the budget (with each round's planner budget and
+        measured peak), or no plan of the first round fits it.
+    """
+    budget, first = partition.budget, len(partition.plans)
+    with _APIS["functorch_config"].patch(force_non_lazy_backward_lowering=True):
+        if budget is None:
+            return _measured_round(partition, compile_fn, gm, example_inputs, first)[0]
+        target = budget - partition.outside
+        rounds: list[tuple[int, int, int]] = []
+        seen: dict[bytes, tuple[Any, CompiledPlan, int]] = {}  # dropped set -> fn, plan, peak
+        bounds: dict[str, int | None] = dict.fromkeys(("fit", "over", "floor"))
+        asked: int | None = target
+        try:
+            for _ in range(MEASURE_ROUNDS):
+                if asked is None:
+                    break
+                partition.budget = asked + partition.outside
+                partition.compiled_before = set(seen)
+                try:
+                    fn, cp = _measured_round(partition, compile_fn, gm, example_inputs, first)
+                except lowerset.InfeasibleBudgetError:
+                    if not rounds:
+                        raise
+                    bounds["floor"] = asked
+                except _CompiledBefore as again:
+                    _, cp, _ = seen[again.key]
+                    if _measured_fits(asked, cp, rounds, target, bounds):
+                        break
+                else:
+                    if cp is None or cp.measured is None:
+                        return fn
+                    del partition.plans[first:]
+                    seen[_dropped_key(cp.plan)] = fn, cp, cp.measured
+                    if _measured_fits(asked, cp, rounds, target, bounds):
+                        break
+                asked = _next_budget([(a, m) for a, _, m in rounds], target, bounds,
+                                     FIT_SLACK * target)
+        finally:
+            partition.budget, partition.compiled_before = budget, set()
+    fitting = [(fn, cp) for fn, cp, measured in seen.values() if measured <= target]
+    if not fitting:
+        raise lowerset.InfeasibleBudgetError(
+            budget, method=partition.method,
+            reason="the compiled steps measured "
+                   + ", ".join(f"{m} at a planner budget of {a}" for a, _, m in rounds)
+                   + f" bytes, over the budget less outside ({target} bytes)")
+    fn, cp = min(fitting, key=lambda c: c[1].plan.schedule.recompute_cost)
+    partition.plans.append(cp._replace(rounds=tuple(rounds)))
+    return fn
+
+
+def _measured_fits(asked, cp, rounds, target, bounds):
+    """Record a round of :func:`fit_measured` (planner budget `asked`, its plan `cp` with its
+    measured peak) in `rounds` and `bounds`; True where the search ends: the step fits within
+    :data:`FIT_SLACK` of `target` or recomputes nothing."""
+    rounds.append((asked, cp.peak, cp.measured))
+    if cp.measured > target:
+        bounds["over"] = min(asked, bounds["over"] or asked)
+        return False
+    if target - cp.measured <= FIT_SLACK * target or cp.plan.schedule.recompute_cost == 0:
+        return True
+    bounds["fit"] = max(asked, bounds["fit"] or 0)
+    return False
+
+
+def _measured_round(partition, compile_fn, gm, example_inputs, first):
+    """``(compiled, CompiledPlan)``: `gm` compiled once, its plan (None where nothing was
+    partitioned) with the step's measured peak (None where it has no backward)."""
+    fn = compile_fn(gm, example_inputs)
+    if len(partition.plans) == first:
+        return fn, None
+    cp = partition.plans[-1]
+    increase = _step_measure.graph_step_peak(fn, example_inputs)
+    if increase is not None:
+        cp = cp._replace(measured=cp.plan.schedule.resident + increase)
+        partition.plans[-1] = cp
+    return fn, cp
 
 
 class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]

@@ -131,6 +131,31 @@ def test_our_compiled_setting_is_counted_and_an_infeasible_budget_left_out(mlp, 
     torch._dynamo.reset()
 
 
+def test_under_inductor_the_counts_are_those_of_the_compilation_kept(mlp):
+    """A budget under Inductor is fitted by compiling again (fit_measured); the FLOPs counted
+    are the kept compilation's, not the rounds' sum or the last round's. Just over the least
+    peak the MLP's first plan measures under the budget, a raised one over it, and the first
+    is kept."""
+    torch._dynamo.reset()
+    least = (bt.OURS_COMPILED, None)
+    switch = bt.CompiledSettings([least], compiler="inductor")
+    mlp.reset()
+    mlp.step(torch.compile(mlp.model, backend=switch.backend))
+    budget = (bt.OURS_COMPILED, int(1.05 * switch.plans[least][0].peak))
+    torch._dynamo.reset()
+    switch = bt.CompiledSettings([budget], compiler="inductor")
+    mlp.reset()
+    mlp.step(torch.compile(mlp.model, backend=switch.backend))
+    (record,) = switch.plans[budget]
+    assert len({predicted for _, predicted, _ in record.rounds}) >= 2   # two plans compiled
+    assert record.measured <= budget[1]
+    plain, _ = _measured(mlp, bt.Config("plain", None, mlp.step))
+    f = switch.flops[budget]
+    assert f["forward"] + f["backward"] - plain["step_formula_flops"] == f["recomputed_formula"]
+    assert (f["recomputed_formula"] > 0) == (record.plan.schedule.recompute_cost > 0)
+    torch._dynamo.reset()
+
+
 def _row(method, setting, peak, flops, time_ratio, **extra):
     return dict(method=method, setting=setting, peak=peak, recomputed_flops=flops,
                 recomputed_formula=flops, time_ratio=time_ratio, bitwise=True, **extra)

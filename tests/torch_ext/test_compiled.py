@@ -437,6 +437,68 @@ def test_inductor_backend_plans_and_matches_the_compiled_step():
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(got[1], ref[1]))
 
 
+def test_the_step_measured_in_the_backend_is_the_callers_and_changes_nothing():
+    """aot_eager with measure_step: the backend runs the compiled step twice on copies of its
+    inputs. The caller's step then equals the eager step bit for bit (running statistics
+    updated once, no gradient accumulated by the measurement), and the peak the backend
+    measured is the one the caller measures (a measurement counting the copied inputs, or
+    missing the gradients, would differ by their bytes)."""
+    model, x = cnn(), torch.randn(8, 3, 16, 16)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    eager = run(model, lambda t: model(t), x)
+    model.load_state_dict(state)
+    least = compiled.PlannedPartition()
+    torch._dynamo.reset()
+    backend, _ = capture(least)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    model.load_state_dict(state)
+    torch._dynamo.reset()
+    be = compiled.backend(least.plans[-1].peak + (64 << 10), compiler="aot_eager",
+                          measure_step=True)
+    fn = torch.compile(lambda t: model(t), backend=be)
+    assert same(run(model, fn, x), eager)
+    (record,) = be.partition.plans
+    caller = measured_step(model, lambda t: fn(t).square().mean(), x) + resident_of(model, x)
+    assert record.measured is not None and record.rounds
+    assert abs(record.measured - caller) <= max(16 << 10, 0.01 * caller)
+    assert abs(record.measured - record.peak) <= max(16 << 10, 0.01 * caller)
+
+
+def weighty_cnn():
+    """Convolutions whose weights outweigh their activations: Inductor's layout optimization
+    (always on for the CPU's convolutions) copies every weight to channels-last at the
+    forward's start and saves the copies, which the partitioned graphs do not hold."""
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(3, 48, 3, padding=1), nn.ReLU()]
+    for _ in range(5):
+        layers += [nn.Conv2d(48, 48, 3, padding=1), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(48 * 12 * 12, 1))
+
+
+def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses():
+    """Planted fault: under Inductor the plan fitted to the prediction measures over the
+    budget; the backend's default under Inductor (measure_step) compiles again until the
+    measured step fits, each distinct plan compiled once."""
+    model, x = weighty_cnn(), torch.randn(8, 3, 12, 12)
+    resident = resident_of(model, x)
+
+    def measured_with(budget, measure):
+        torch._dynamo.reset()
+        be = compiled.backend(budget, compiler="inductor", measure_step=measure)
+        fn = torch.compile(lambda t: model(t).square().mean(), backend=be)
+        return measured_step(model, fn, x) + resident, be.partition.plans[-1]
+
+    # the plan that drops nothing, at its own predicted peak: it fits by the prediction
+    blind, record = measured_with(1 << 40, False)
+    budget = record.peak
+    assert record.plan.schedule.recompute_cost == 0 and budget < blind
+    got, record = measured_with(budget, None)
+    assert got <= budget + (16 << 10)
+    assert abs(record.measured - got) <= max(16 << 10, 0.01 * got)
+    assert record.rounds[0][0] == budget and record.rounds[0][2] > budget
+    assert len(record.rounds) <= compiled.MEASURE_ROUNDS
+
+
 def test_unknown_compiler_is_refused():
     with pytest.raises(lowerset.ArgumentError, match="unknown compiler 'eager'"):
         compiled.backend(compiler="eager")
