@@ -35,10 +35,12 @@ operation with the workspace measured by running it once (:mod:`torch_ext._works
 :class:`PlannedPartition` searches the planner's budget for the plan whose graphs fit, and
 :attr:`CompiledPlan.peak` is the step's predicted peak under ``aot_eager``. Inductor's code
 differs from those graphs: its fused kernels allocate fewer intermediate tensors (measured
-below the prediction on the CPU's transformer and MLP), while its layout optimization adds
-channels-last copies of convolutions' inputs after the partition (measured 5-24% above it on
-the CPU's ResNet-50 and U-Net). Under Inductor the prediction, and so the budget, does not
-hold for convolutions.
+below the prediction on the CPU's transformer and MLP), while its layout optimization copies
+convolutions' weights and inputs to channels-last after the partition and saves the copies
+for the backward (measured 5-24% above the prediction on the CPU's ResNet-50 and U-Net).
+Under Inductor, :func:`backend` therefore holds a budget by the compiled step itself
+(:func:`fit_measured`): it runs each compiled graph's step on copies of its inputs, measures
+its peak and compiles again at a planner budget moved by the difference.
 
 References
 ----------
@@ -99,9 +101,10 @@ class CompiledPlan(NamedTuple):
         The compiled step's measured peak (bytes, on the same terms as `peak`) where
         :func:`fit_measured` compiled it; None elsewhere.
     rounds : tuple of (int, int, int)
-        Where :func:`fit_measured` compiled it: each compilation's ``(planner budget,
+        Where :func:`fit_measured` fitted it to a budget: each round's ``(planner budget,
         predicted peak, measured peak)`` in bytes, in order (the planner budget is the
-        partition's ``budget - outside``).
+        partition's ``budget - outside``; a round whose plan an earlier round compiled repeats
+        that one's peaks).
     """
 
     graph: lowerset.Graph
@@ -694,9 +697,10 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     :data:`MEASURE_ROUNDS` planner budgets at most; a plan compiled in an earlier round is not
     compiled again (its partition stops the compilation and the round reuses its measurement).
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
-    nothing. Of the fitting steps, the one recomputing least is returned, its
-    :class:`CompiledPlan` (``measured``, ``rounds``) appended to ``partition.plans`` in place
-    of the rounds'.
+    nothing; where no round's step fits, the least peak's plan (the partition's without a
+    budget) is compiled and measured last. Of the fitting steps, the one recomputing least is
+    returned, its :class:`CompiledPlan` (``measured``, ``rounds``) appended to
+    ``partition.plans`` in place of the rounds'.
 
     Without a budget, or for a graph with no backward (nothing partitioned, no gradient), the
     first compilation is returned, measured where it has a backward.
@@ -721,74 +725,108 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     Raises
     ------
     lowerset.InfeasibleBudgetError
-        If no compiled step measured fits the budget (with each round's planner budget and
-        measured peak), or no plan of the first round fits it.
+        If no compiled step measured fits the budget, the least peak's included (with each
+        plan's predicted and measured peak), or no plan of the first round fits it.
     """
-    budget, first = partition.budget, len(partition.plans)
+    budget = partition.budget
     with _APIS["functorch_config"].patch(force_non_lazy_backward_lowering=True):
         if budget is None:
-            return _measured_round(partition, compile_fn, gm, example_inputs, first)[0]
-        target = budget - partition.outside
-        rounds: list[tuple[int, int, int]] = []
-        seen: dict[bytes, tuple[Any, CompiledPlan, int]] = {}  # dropped set -> fn, plan, peak
-        bounds: dict[str, int | None] = dict.fromkeys(("fit", "over", "floor"))
-        asked: int | None = target
+            return _measured_round(partition, compile_fn, gm, example_inputs)[0]
+        search = _MeasuredFit(partition, compile_fn, gm, example_inputs)
         try:
-            for _ in range(MEASURE_ROUNDS):
-                if asked is None:
-                    break
-                partition.budget = asked + partition.outside
-                partition.compiled_before = set(seen)
-                try:
-                    fn, cp = _measured_round(partition, compile_fn, gm, example_inputs, first)
-                except lowerset.InfeasibleBudgetError:
-                    if not rounds:
-                        raise
-                    bounds["floor"] = asked
-                except _CompiledBefore as again:
-                    _, cp, _ = seen[again.key]
-                    if _measured_fits(asked, cp, rounds, target, bounds):
-                        break
-                else:
-                    if cp is None or cp.measured is None:
-                        return fn
-                    del partition.plans[first:]
-                    seen[_dropped_key(cp.plan)] = fn, cp, cp.measured
-                    if _measured_fits(asked, cp, rounds, target, bounds):
-                        break
-                asked = _next_budget([(a, m) for a, _, m in rounds], target, bounds,
-                                     FIT_SLACK * target)
+            return search.run()
         finally:
             partition.budget, partition.compiled_before = budget, set()
-    fitting = [(fn, cp) for fn, cp, measured in seen.values() if measured <= target]
-    if not fitting:
-        raise lowerset.InfeasibleBudgetError(
-            budget, method=partition.method,
-            reason="the compiled steps measured "
-                   + ", ".join(f"{m} at a planner budget of {a}" for a, _, m in rounds)
-                   + f" bytes, over the budget less outside ({target} bytes)")
-    fn, cp = min(fitting, key=lambda c: c[1].plan.schedule.recompute_cost)
-    partition.plans.append(cp._replace(rounds=tuple(rounds)))
-    return fn
 
 
-def _measured_fits(asked, cp, rounds, target, bounds):
-    """Record a round of :func:`fit_measured` (planner budget `asked`, its plan `cp` with its
-    measured peak) in `rounds` and `bounds`; True where the search ends: the step fits within
-    :data:`FIT_SLACK` of `target` or recomputes nothing."""
-    rounds.append((asked, cp.peak, cp.measured))
-    if cp.measured > target:
-        bounds["over"] = min(asked, bounds["over"] or asked)
+class _MeasuredFit:
+    """:func:`fit_measured`'s search over the planner budget for one graph."""
+
+    def __init__(self, partition, compile_fn, gm, example_inputs):
+        self.partition, self.compile_fn = partition, compile_fn
+        self.gm, self.example_inputs = gm, example_inputs
+        self.budget, self.first = partition.budget, len(partition.plans)
+        self.target = partition.budget - partition.outside
+        self.rounds: list[tuple[int, int, int]] = []
+        self.seen: dict[bytes, tuple[Any, CompiledPlan]] = {}   # dropped set -> fn, plan
+        self.bounds: dict[str, int | None] = dict.fromkeys(("fit", "over", "floor"))
+
+    def run(self):
+        """The compiled graph kept (see :func:`fit_measured`)."""
+        asked: int | None = self.target
+        for _ in range(MEASURE_ROUNDS):
+            if asked is None:
+                break
+            try:
+                fn, cp = self.compile(asked)
+            except lowerset.InfeasibleBudgetError:
+                if not self.rounds:
+                    raise
+                self.bounds["floor"] = asked
+            else:
+                if cp is None or cp.measured is None:
+                    return fn   # no backward: nothing to fit
+                if self.record(asked, cp):
+                    break
+            asked = _next_budget([(a, m) for a, _, m in self.rounds], self.target,
+                                 self.bounds, FIT_SLACK * self.target)
+        if not self.fitting():
+            self.compile(None)   # the least peak's plan, where the rounds missed it
+        return self.keep()
+
+    def compile(self, asked):
+        """``(compiled, CompiledPlan)`` at planner budget `asked` (None: the least peak's
+        plan), measured; a plan compiled before is not compiled again."""
+        p = self.partition
+        p.budget = None if asked is None else asked + p.outside
+        p.compiled_before = set(self.seen)
+        try:
+            fn, cp = _measured_round(p, self.compile_fn, self.gm, self.example_inputs)
+        except _CompiledBefore as again:
+            return self.seen[again.key]
+        if cp is not None and cp.measured is not None:
+            del p.plans[self.first:]
+            self.seen[_dropped_key(cp.plan)] = fn, cp
+        return fn, cp
+
+    def record(self, asked, cp):
+        """Note a round (its planner budget, its plan `cp` with its measured peak) in
+        :attr:`rounds` and :attr:`bounds`; True where the search ends: the step fits within
+        :data:`FIT_SLACK` of the target or recomputes nothing."""
+        self.rounds.append((asked, cp.peak, cp.measured))
+        if cp.measured > self.target:
+            self.bounds["over"] = min(asked, self.bounds["over"] or asked)
+            return False
+        if (self.target - cp.measured <= FIT_SLACK * self.target
+                or cp.plan.schedule.recompute_cost == 0):
+            return True
+        self.bounds["fit"] = max(asked, self.bounds["fit"] or 0)
         return False
-    if target - cp.measured <= FIT_SLACK * target or cp.plan.schedule.recompute_cost == 0:
-        return True
-    bounds["fit"] = max(asked, bounds["fit"] or 0)
-    return False
+
+    def fitting(self):
+        return [(fn, cp) for fn, cp in self.seen.values() if cp.measured <= self.target]
+
+    def keep(self):
+        """The fitting compilation that recomputes least, its plan appended to the partition's
+        plans with the rounds."""
+        fitting = self.fitting()
+        if not fitting:
+            raise lowerset.InfeasibleBudgetError(
+                self.budget, method=self.partition.method,
+                reason="the compiled steps measured "
+                       + ", ".join(f"{cp.measured} with a plan predicted at {cp.peak}"
+                                   for _, cp in self.seen.values())
+                       + f" bytes, the least peak's plan among them, over the budget less "
+                         f"outside ({self.target} bytes)")
+        fn, cp = min(fitting, key=lambda c: c[1].plan.schedule.recompute_cost)
+        self.partition.plans.append(cp._replace(rounds=tuple(self.rounds)))
+        return fn
 
 
-def _measured_round(partition, compile_fn, gm, example_inputs, first):
+def _measured_round(partition, compile_fn, gm, example_inputs):
     """``(compiled, CompiledPlan)``: `gm` compiled once, its plan (None where nothing was
     partitioned) with the step's measured peak (None where it has no backward)."""
+    first = len(partition.plans)
     fn = compile_fn(gm, example_inputs)
     if len(partition.plans) == first:
         return fn, None
@@ -800,12 +838,15 @@ def _measured_round(partition, compile_fn, gm, example_inputs, first):
     return fn, cp
 
 
+
 class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]
     """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``.
 
     ``torch.compile(model, options={"custom_partitioner_fn": InductorPartition(part)})``
     compiles with Inductor, with any other of its options beside, and partitions every joint
-    graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Its uuid is
+    graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Inductor calls
+    only the partition, so a budget is held by the prediction alone, not by the measured step
+    as :func:`backend` holds it (:func:`fit_measured`). Its uuid is
     None, so Inductor's cache is skipped (a cached graph would carry no record in
     ``part.plans``); it pickles as the partition's settings, which Inductor's cache key
     reads.

@@ -499,6 +499,34 @@ def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses()
     assert len(record.rounds) <= compiled.MEASURE_ROUNDS
 
 
+def test_where_the_rounds_miss_the_least_peaks_plan_is_measured_last(monkeypatch):
+    """Planted excess: every measured step holds 20% of the least peak more than it does (as
+    Inductor's weight copies would), and one round is allowed. The round's plan, fitted to the
+    budget by its prediction, measures over it; the least peak's plan, compiled last, fits
+    (without it the budget would be refused)."""
+    model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
+    least = compiled.PlannedPartition()
+    torch._dynamo.reset()
+    backend, _ = capture(least)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    floor = least.plans[-1].peak
+    excess = floor // 5
+    real = compiled._step_measure.graph_step_peak
+    monkeypatch.setattr(compiled._step_measure, "graph_step_peak",
+                        lambda fn, inputs: real(fn, inputs) + excess)
+    monkeypatch.setattr(compiled, "MEASURE_ROUNDS", 1)
+    budget = floor + excess + (16 << 10)
+    torch._dynamo.reset()
+    be = compiled.backend(budget, compiler="aot_eager", measure_step=True)
+    fn = torch.compile(lambda t: model(t).square().mean(), backend=be)
+    measured_step(model, fn, x)
+    (record,) = be.partition.plans
+    ((asked, predicted, over),) = record.rounds
+    assert asked == budget and over > budget
+    assert record.measured <= budget
+    assert record.peak == floor and record.measured - record.peak <= excess + (16 << 10)
+
+
 def test_unknown_compiler_is_refused():
     with pytest.raises(lowerset.ArgumentError, match="unknown compiler 'eager'"):
         compiled.backend(compiler="eager")
