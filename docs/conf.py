@@ -55,12 +55,12 @@ autodoc_typehints = "none"
 # framework says so with ``:skipif: not HAVE_TORCH`` (or HAVE_CHAINER); one that reads the
 # authors' graphs, with ``:skipif: not HAVE_GRAPHS`` (the graphs are not in the repository).
 doctest_test_doctest_blocks = ""
-doctest_global_setup = f"""
+doctest_global_setup = """
 import importlib.util, os, warnings
+from authors_graphs import GRAPHS, have_graphs
 HAVE_CHAINER = importlib.util.find_spec("chainer") is not None
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-GRAPHS = os.environ.get("LOWERSET_GRAPHS", {str(ROOT.parent / "shared" / "graphs")!r})
-HAVE_GRAPHS = os.path.isdir(GRAPHS) and any(f.startswith("cg_") for f in os.listdir(GRAPHS))
+HAVE_GRAPHS = have_graphs()
 import lowerset
 import lowerset as ls
 """

@@ -6,19 +6,19 @@ names too: ``lowerset``, ``ls`` and ``GRAPHS``, the folder of the authors' ``cg_
 ($LOWERSET_GRAPHS, else ../shared/graphs beside the checkout).
 """
 
-import os
+import sys
 from pathlib import Path
 
 import pytest
 
-GRAPHS = os.environ.get("LOWERSET_GRAPHS",
-                        str(Path(__file__).resolve().parents[2] / "shared" / "graphs"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_ext"))
+from authors_graphs import GRAPHS, have_graphs  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
     """Skip a page whose examples read the authors' graphs where GRAPHS holds none (Sphinx
     skips those blocks by ``:skipif: not HAVE_GRAPHS``; pytest runs a page as one doctest)."""
-    if os.path.isdir(GRAPHS) and any(f.startswith("cg_") for f in os.listdir(GRAPHS)):
+    if have_graphs():
         return
     skip = pytest.mark.skip(reason=f"the authors' graphs (cg_*.txt) are not in {GRAPHS}: "
                                    "set LOWERSET_GRAPHS to their folder")
