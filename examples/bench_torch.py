@@ -29,8 +29,10 @@ and backward, no optimizer) is run under each method:
   ``compile_dp``, AOTAutograd's joint graph partitioned by
   ``torch_ext.compiled.PlannedPartition`` (under Inductor as its ``custom_partitioner_fn``,
   ``torch_ext.compiled.InductorPartition``): our plan of the compiled graph at our least peak
-  and at each B where one fits by the liveness analysis of the partitioned graphs (its
-  prediction, ``CompiledPlan.peak``), its dropped values recomputed in the backward graph;
+  and at each B where one fits, under ``aot_eager`` by the liveness analysis of the
+  partitioned graphs (its prediction, ``CompiledPlan.peak``), under Inductor by the compiled
+  step measured in the backend (``torch_ext.compiled.fit_measured``), its dropped values
+  recomputed in the backward graph;
 - ``sac_cuts`` (beside ours, not in the targets): a canonical strategy that is not planned, its
   lower sets ending after each operation the SAC policy saves (:func:`sac_cuts_strategy`),
   run under ``RecomputeContext``: SAC's choice as a canonical strategy, to measure the
@@ -846,7 +848,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
                             "planned_flops": sum(p.plan.schedule.recompute_cost
                                                  for p in switch.plans[s]),
                             "recomputed_ops": sum(len(p.recomputed) for p in switch.plans[s]),
-                            # Inductor with a budget: each compilation's (planner budget,
+                            # Inductor with a budget: each fit round's (planner budget,
                             # predicted, measured in the backend) per graph
                             "fit_rounds": [[list(r) for r in p.rounds]
                                            for p in switch.plans[s]]})
