@@ -12,6 +12,7 @@ partitioned graphs that the prediction analyses (Inductor's layout optimization,
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,7 +55,11 @@ def graph_step_peak(compiled: Callable[..., Any], example_inputs: Sequence[Any])
     -------
     int or None
         Bytes above the level at the step's start, the gradients included (the inputs
-        themselves not); None where no output or no input needs a gradient (no backward).
+        themselves not); None where no output or no input needs a gradient (no backward). A
+        step that runs out of device memory (``torch.OutOfMemoryError``: a plan fitted to a
+        budget near the device's memory by the prediction, which the compiled code exceeds)
+        counts as holding all of it (:func:`device_memory`), so that a search lowers its
+        budget instead of failing; the memory it held is released first.
     """
     args = [a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a
             for a in example_inputs]
@@ -69,10 +74,23 @@ def graph_step_peak(compiled: Callable[..., Any], example_inputs: Sequence[Any])
                                    allow_unused=True)
 
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.enable_grad():
-        if step() is None:
-            return None
-        with MemoryMeter(device) as meter:
-            grads = step()
-        del grads
+    try:
+        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            if step() is None:
+                return None
+            with MemoryMeter(device) as meter:
+                grads = step()
+            del grads
+    except torch.OutOfMemoryError:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return device_memory(device)
     return meter.result.peak if meter.result is not None else None
+
+
+def device_memory(device: torch.device) -> int:
+    """Bytes of memory `device` has: a GPU's total (``torch.cuda.get_device_properties``), the
+    machine's physical memory for the CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -527,6 +527,43 @@ def test_where_the_rounds_miss_the_least_peaks_plan_is_measured_last(monkeypatch
     assert record.peak == floor and record.measured - record.peak <= excess + (16 << 10)
 
 
+def test_a_step_out_of_device_memory_lowers_the_budget_instead_of_failing():
+    """Planted: the compiled step of the plan that drops nothing runs out of memory (as a plan
+    fitted by the prediction to a budget near a GPU's memory would under Inductor). It counts
+    as holding the device's memory, and the search goes on to a plan that fits."""
+    model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
+    plain = compiled.PlannedPartition(1 << 40)
+    torch._dynamo.reset()
+    backend, _ = capture(plain)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    budget = plain.plans[-1].peak
+    partition = compiled.PlannedPartition(budget)
+    base = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition,
+                        keep_inference_input_mutations=True)
+
+    def compile_fn(gm, inputs):
+        fn = base(gm, inputs)
+        if partition.plans[-1].plan.schedule.recompute_cost > 0:
+            return fn
+
+        def out_of_memory(*args):
+            raise torch.OutOfMemoryError("planted")
+        return out_of_memory
+
+    def fitting(gm, inputs):
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compiled.fit_measured(partition, compile_fn, gm, inputs)
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda t: model(t).square().mean(), backend=fitting)
+    caller = measured_step(model, fn, x) + resident_of(model, x)
+    (record,) = partition.plans
+    assert record.rounds[0][0] == budget
+    assert record.rounds[0][2] > compiled._step_measure.device_memory(torch.device("cpu"))
+    assert record.plan.schedule.recompute_cost > 0 and record.measured <= budget
+    assert abs(record.measured - caller) <= max(16 << 10, 0.01 * caller)
+
+
 def test_unknown_compiler_is_refused():
     with pytest.raises(lowerset.ArgumentError, match="unknown compiler 'eager'"):
         compiled.backend(compiler="eager")
