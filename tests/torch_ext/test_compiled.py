@@ -499,6 +499,34 @@ def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses()
     assert len(record.rounds) <= compiled.MEASURE_ROUNDS
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_measured_step_holds_a_budget_under_inductor():
+    """On CUDA, between the least and the plain step's peaks as Inductor's code measures them
+    (``torch.cuda.max_memory_allocated``): the fitted step holds the budget, and the peak the
+    backend measured is the caller's."""
+    model, x = weighty_cnn().cuda(), torch.randn(8, 3, 12, 12, device="cuda")
+    resident = torch.cuda.memory_allocated()
+
+    def measured_with(budget, measure):
+        torch._dynamo.reset()
+        be = compiled.backend(budget, compiler="inductor", measure_step=measure)
+        fn = torch.compile(lambda t: model(t).square().mean(), backend=be)
+        model.zero_grad(set_to_none=True)
+        fn(x).backward()   # compiles
+        model.zero_grad(set_to_none=True)
+        with MemoryMeter("cuda") as m:
+            fn(x).backward()
+        return m.result.peak + resident, be.partition.plans[-1]
+
+    least, _ = measured_with(None, False)
+    plain, _ = measured_with(1 << 40, False)
+    budget = (least + plain) // 2
+    got, record = measured_with(budget, None)
+    assert got <= budget + (256 << 10)
+    assert abs(record.measured - got) <= max(256 << 10, 0.03 * got)
+
+
 def test_where_the_rounds_miss_the_least_peaks_plan_is_measured_last(monkeypatch):
     """Planted excess: every measured step holds 20% of the least peak more than it does (as
     Inductor's weight copies would), and one round is allowed. The round's plan, fitted to the
