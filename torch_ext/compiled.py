@@ -391,7 +391,7 @@ class PlannedPartition:
         self.time_limit, self.measure_workspace = time_limit, measure_workspace
         self.plans: list[CompiledPlan] = []
         # fit_measured's: the dropped sets (_dropped_key) of plans this graph was compiled with
-        self.compiled_before: set[bytes] = set()
+        self._compiled_before: set[bytes] = set()
 
     def plan(self, graph: lowerset.Graph, budget: int | None = None
              ) -> lowerset.CanonicalStrategy:
@@ -458,7 +458,7 @@ class PlannedPartition:
         else:
             chosen, graphs = self._fit(graph, partition, self.budget)
         key = _dropped_key(chosen.plan)
-        if key in self.compiled_before:
+        if key in self._compiled_before:
             raise _CompiledBefore(key)
         self.plans.append(chosen)
         return graphs
@@ -590,7 +590,7 @@ def _dropped_key(plan):
 
 class _CompiledBefore(Exception):
     """Raised by a partition whose plan :func:`fit_measured` has compiled and measured
-    already (``PlannedPartition.compiled_before``), to stop a compilation that would repeat
+    already (``PlannedPartition._compiled_before``), to stop a compilation that would repeat
     it."""
 
     def __init__(self, key: bytes) -> None:
@@ -736,7 +736,7 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
         try:
             return search.run()
         finally:
-            partition.budget, partition.compiled_before = budget, set()
+            partition.budget, partition._compiled_before = budget, set()
 
 
 class _MeasuredFit:
@@ -779,7 +779,7 @@ class _MeasuredFit:
         plan), measured; a plan compiled before is not compiled again."""
         p = self.partition
         p.budget = None if asked is None else asked + p.outside
-        p.compiled_before = set(self.seen)
+        p._compiled_before = set(self.seen)
         try:
             fn, cp = _measured_round(p, self.compile_fn, self.gm, self.example_inputs)
         except _CompiledBefore as again:
