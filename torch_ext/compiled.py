@@ -697,7 +697,8 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     :data:`MEASURE_ROUNDS` planner budgets at most; a plan compiled in an earlier round is not
     compiled again (its partition stops the compilation and the round reuses its measurement).
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
-    nothing; where no round's step fits, the least peak's plan (the partition's without a
+    nothing; where no round's step fits (or no plan fits the budget by the prediction, which
+    Inductor's code may hold less than), the least peak's plan (the partition's without a
     budget) is compiled and measured last. Of the fitting steps, the one recomputing least is
     returned, its :class:`CompiledPlan` (``measured``, ``rounds``) appended to
     ``partition.plans`` in place of the rounds'.
@@ -726,7 +727,7 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     ------
     lowerset.InfeasibleBudgetError
         If no compiled step measured fits the budget, the least peak's included (with each
-        plan's predicted and measured peak), or no plan of the first round fits it.
+        plan's predicted and measured peak).
     """
     budget = partition.budget
     with _APIS["functorch_config"].patch(force_non_lazy_backward_lowering=True):
@@ -760,9 +761,9 @@ class _MeasuredFit:
             try:
                 fn, cp = self.compile(asked)
             except lowerset.InfeasibleBudgetError:
-                if not self.rounds:
-                    raise
                 self.bounds["floor"] = asked
+                if not self.rounds:
+                    break   # no plan fits by the prediction: the least peak's is measured
             else:
                 if cp is None or cp.measured is None:
                     return fn   # no backward: nothing to fit

@@ -499,6 +499,30 @@ def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses()
     assert len(record.rounds) <= compiled.MEASURE_ROUNDS
 
 
+def test_a_budget_below_the_least_predicted_peak_fits_where_the_step_measures_less(
+        monkeypatch):
+    """Planted saving: every measured step holds 20% of the least peak less than it does (as
+    Inductor's fused kernels do on the MLP). A budget between the least peak's measured and
+    predicted peaks has no plan by the prediction, yet the least peak's plan, measured, fits
+    it."""
+    model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
+    least = compiled.PlannedPartition()
+    torch._dynamo.reset()
+    backend, _ = capture(least)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    floor = least.plans[-1].peak
+    saving = floor // 5
+    real = compiled._step_measure.graph_step_peak
+    monkeypatch.setattr(compiled._step_measure, "graph_step_peak",
+                        lambda fn, inputs: real(fn, inputs) - saving)
+    budget = floor - saving // 2
+    torch._dynamo.reset()
+    be = compiled.backend(budget, compiler="aot_eager", measure_step=True)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=be), x)
+    (record,) = be.partition.plans
+    assert record.rounds == () and record.peak == floor > budget >= record.measured
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_the_measured_step_holds_a_budget_under_inductor():
