@@ -437,6 +437,23 @@ def test_inductor_backend_plans_and_matches_the_compiled_step():
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(got[1], ref[1]))
 
 
+def predicted_peak(model, x, partition):
+    """`partition`'s predicted peak (bytes) for the compiled loss of `model` on `x` under
+    aot_eager, after one measured step."""
+    torch._dynamo.reset()
+    backend, _ = capture(partition)
+    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    return partition.plans[-1].peak
+
+
+def plant_measured_shift(monkeypatch, shift):
+    """Every step the backend measures holds `shift` bytes more than it does (less where
+    negative): Inductor's weight copies, or its fused kernels' savings."""
+    real = compiled._step_measure.graph_step_peak
+    monkeypatch.setattr(compiled._step_measure, "graph_step_peak",
+                        lambda fn, inputs: real(fn, inputs) + shift)
+
+
 def test_the_step_measured_in_the_backend_is_the_callers_and_changes_nothing():
     """aot_eager with measure_step: the backend runs the compiled step twice on copies of its
     inputs. The caller's step then equals the eager step bit for bit (running statistics
@@ -447,14 +464,10 @@ def test_the_step_measured_in_the_backend_is_the_callers_and_changes_nothing():
     state = {k: v.clone() for k, v in model.state_dict().items()}
     eager = run(model, lambda t: model(t), x)
     model.load_state_dict(state)
-    least = compiled.PlannedPartition()
-    torch._dynamo.reset()
-    backend, _ = capture(least)
-    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
+    floor = predicted_peak(model, x, compiled.PlannedPartition())
     model.load_state_dict(state)
     torch._dynamo.reset()
-    be = compiled.backend(least.plans[-1].peak + (64 << 10), compiler="aot_eager",
-                          measure_step=True)
+    be = compiled.backend(floor + (64 << 10), compiler="aot_eager", measure_step=True)
     fn = torch.compile(lambda t: model(t), backend=be)
     assert same(run(model, fn, x), eager)
     (record,) = be.partition.plans
@@ -506,15 +519,9 @@ def test_a_budget_below_the_least_predicted_peak_fits_where_the_step_measures_le
     predicted peaks has no plan by the prediction, yet the least peak's plan, measured, fits
     it."""
     model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
-    least = compiled.PlannedPartition()
-    torch._dynamo.reset()
-    backend, _ = capture(least)
-    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
-    floor = least.plans[-1].peak
+    floor = predicted_peak(model, x, compiled.PlannedPartition())
     saving = floor // 5
-    real = compiled._step_measure.graph_step_peak
-    monkeypatch.setattr(compiled._step_measure, "graph_step_peak",
-                        lambda fn, inputs: real(fn, inputs) - saving)
+    plant_measured_shift(monkeypatch, -saving)
     budget = floor - saving // 2
     torch._dynamo.reset()
     be = compiled.backend(budget, compiler="aot_eager", measure_step=True)
@@ -557,15 +564,9 @@ def test_where_the_rounds_miss_the_least_peaks_plan_is_measured_last(monkeypatch
     budget by its prediction, measures over it; the least peak's plan, compiled last, fits
     (without it the budget would be refused)."""
     model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
-    least = compiled.PlannedPartition()
-    torch._dynamo.reset()
-    backend, _ = capture(least)
-    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
-    floor = least.plans[-1].peak
+    floor = predicted_peak(model, x, compiled.PlannedPartition())
     excess = floor // 5
-    real = compiled._step_measure.graph_step_peak
-    monkeypatch.setattr(compiled._step_measure, "graph_step_peak",
-                        lambda fn, inputs: real(fn, inputs) + excess)
+    plant_measured_shift(monkeypatch, excess)
     monkeypatch.setattr(compiled, "MEASURE_ROUNDS", 1)
     budget = floor + excess + (16 << 10)
     torch._dynamo.reset()
@@ -584,11 +585,7 @@ def test_a_step_out_of_device_memory_lowers_the_budget_instead_of_failing():
     fitted by the prediction to a budget near a GPU's memory would under Inductor). It counts
     as holding the device's memory, and the search goes on to a plan that fits."""
     model, x = blocks(p=0.0, n=4, d=32), torch.randn(8, 32, 32)
-    plain = compiled.PlannedPartition(1 << 40)
-    torch._dynamo.reset()
-    backend, _ = capture(plain)
-    measured_step(model, torch.compile(lambda t: model(t).square().mean(), backend=backend), x)
-    budget = plain.plans[-1].peak
+    budget = predicted_peak(model, x, compiled.PlannedPartition(1 << 40))
     partition = compiled.PlannedPartition(budget)
     base = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition,
                         keep_inference_input_mutations=True)
