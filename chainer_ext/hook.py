@@ -62,7 +62,7 @@ class RecomputeHook(chainer.FunctionHook):
 
     Parameters
     ----------
-    strategy : lowerset.CanonicalStrategy or None
+    strategy : lowerset.CanonicalStrategy, lowerset.DropSetStrategy or None
         A strategy planned on a graph from :func:`chainer_ext.trace` (or that graph loaded from
         JSON). ``None`` (with `graph`) recomputes nothing: only liveness analysis (the strategy
         [V]).
@@ -76,7 +76,7 @@ class RecomputeHook(chainer.FunctionHook):
 
     Attributes
     ----------
-    strategy : lowerset.CanonicalStrategy
+    strategy : lowerset.CanonicalStrategy or lowerset.DropSetStrategy
     schedule : lowerset.Schedule
         What the hook executes.
     events : list of lowerset.Event
@@ -89,7 +89,8 @@ class RecomputeHook(chainer.FunctionHook):
     Raises
     ------
     TypeError
-        If `strategy` is not a CanonicalStrategy (or None without `graph`).
+        If `strategy` is not a CanonicalStrategy or a DropSetStrategy (or None without
+        `graph`).
     StrategyMismatchError
         If the strategy's graph was not recorded by :func:`chainer_ext.trace`; and, while
         running, before the hook drops anything for a function application, if that application
@@ -149,22 +150,22 @@ class RecomputeHook(chainer.FunctionHook):
     """
 
     name = "RecomputeHook"
-    strategy: lowerset.CanonicalStrategy
+    strategy: lowerset.Strategy
     schedule: lowerset.Schedule
     events: list[lowerset.Event]
     last_iteration: dict[str, list[int]]
     _owner: int | None  # the thread using the hook (unset: none yet)
 
-    def __init__(self, strategy: lowerset.CanonicalStrategy | None = None, *,
+    def __init__(self, strategy: lowerset.Strategy | None = None, *,
                  record: bool = False, name: str | None = None,
                  graph: lowerset.Graph | None = None) -> None:
         if strategy is None:
             if graph is None:
                 raise TypeError("RecomputeHook(None) needs graph= (liveness analysis only)")
             strategy = lowerset.CanonicalStrategy(graph, [set(graph.labels)], method="none")
-        if not isinstance(strategy, lowerset.CanonicalStrategy):
-            raise TypeError(f"strategy must be a lowerset.CanonicalStrategy, got "
-                            f"{type(strategy).__name__}")
+        if not isinstance(strategy, lowerset.STRATEGY_TYPES):
+            raise TypeError(f"strategy must be a lowerset.CanonicalStrategy or a "
+                            f"lowerset.DropSetStrategy, got {type(strategy).__name__}")
         if name is not None:
             self.name = name
         self.strategy = strategy

@@ -82,7 +82,7 @@ class _Sampler(chainer.FunctionHook):
 
 
 def measure_timeline(loss_fn: Callable[[], chainer.Variable],
-                     plan: lowerset.CanonicalStrategy | lowerset.Graph, *,
+                     plan: lowerset.Strategy | lowerset.Graph, *,
                      params: chainer.Link | Iterable[chainer.Parameter] | None = None
                      ) -> MeasuredTimeline:
     """Run one training step and return its memory measured at the schedule's events.
@@ -92,7 +92,7 @@ def measure_timeline(loss_fn: Callable[[], chainer.Variable],
     loss_fn : callable
         Takes no argument, runs the forward pass and returns the loss Variable (what
         :func:`chainer_ext.trace` took for `plan`'s graph).
-    plan : lowerset.CanonicalStrategy or lowerset.Graph
+    plan : lowerset.CanonicalStrategy, lowerset.DropSetStrategy or lowerset.Graph
         A strategy (the step runs under :class:`RecomputeHook`) or the traced graph (the plain
         step).
     params : chainer.Link or iterable of chainer.Parameter, optional
@@ -117,13 +117,13 @@ def measure_timeline(loss_fn: Callable[[], chainer.Variable],
     >>> lowerset.plot.timeline(strategy.schedule, measured=m)              # doctest: +SKIP
     """
     hook: contextlib.AbstractContextManager[Any]
-    if isinstance(plan, lowerset.CanonicalStrategy):
+    if isinstance(plan, lowerset.STRATEGY_TYPES):
         graph, hook = plan.graph, RecomputeHook(plan)
     elif isinstance(plan, lowerset.Graph):
         graph, hook = plan, contextlib.nullcontext()
     else:
-        raise TypeError(f"plan must be a lowerset.CanonicalStrategy or a lowerset.Graph, got "
-                        f"{type(plan).__name__}")
+        raise TypeError(f"plan must be a lowerset.CanonicalStrategy, a lowerset.DropSetStrategy "
+                        f"or a lowerset.Graph, got {type(plan).__name__}")
     sched = lowerset.schedule(plan)
     where = {}
     for i, e in enumerate(sched.events):

@@ -19,7 +19,7 @@ __all__ = ["verify", "VerifyReport", "VerificationError"]
 _CUPY_SEED = 0
 
 
-def verify(step: Callable[[], chainer.Variable], strategy: lowerset.CanonicalStrategy, *,
+def verify(step: Callable[[], chainer.Variable], strategy: lowerset.Strategy, *,
            model: chainer.Link | None = None,
            params: (chainer.Link | Iterable[chainer.Parameter]
                     | Mapping[str, chainer.Parameter] | None) = None,
@@ -40,7 +40,7 @@ def verify(step: Callable[[], chainer.Variable], strategy: lowerset.CanonicalStr
         Takes no argument and runs one forward pass, returning the loss Variable; ``verify``
         calls ``backward()`` on it. It runs under the caller's configuration (set
         ``chainer.using_config("train", True)`` around ``verify`` or inside `step`).
-    strategy : lowerset.CanonicalStrategy
+    strategy : lowerset.CanonicalStrategy or lowerset.DropSetStrategy
         Planned on :func:`chainer_ext.trace` of the same step.
     model : chainer.Link, optional
         Names the parameters (``namedparams`` paths) and persistent values (``namedlinks`` and

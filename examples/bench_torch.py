@@ -21,7 +21,9 @@ and backward, no optimizer) is run under each method:
   backward compilers wrapped to count FLOPs: :class:`CompiledSettings`), with
   ``torch._functorch.config.activation_memory_budget`` at each ratio of ``RATIOS[preset]``
   and ``activation_memory_budget_solver`` "dp" or "ilp" (the ILP needs scipy);
-- ``lowerset``: ``lowerset.solve(graph, budget=B)`` on ``torch_ext.trace`` of the step, run
+- ``lowerset``: ``lowerset.solve(graph, budget=B, beyond_canonical=True)`` on
+  ``torch_ext.trace`` of the step (a canonical strategy, or a drop set no lower-set sequence
+  gives where that recomputes less; ``--canonical-only``: canonical strategies only), run
   under ``torch_ext.RecomputeContext(plan)``, at ``N_BUDGETS`` byte budgets B evenly spaced from
   our least peak (``lowerset.min_peak(graph)``) to the plain step's (``lowerset.schedule(graph)
   .peak``);
@@ -174,6 +176,10 @@ SOLVERS = ("dp", "ilp")
 
 #: Byte budgets of ours, from our least peak to the plain step's.
 N_BUDGETS = 6
+
+#: Our plans at a budget: ``lowerset.solve(..., beyond_canonical=BEYOND_CANONICAL)`` (eager,
+#: compiled, Hugging Face rows); ``--canonical-only`` sets it False.
+BEYOND_CANONICAL = True
 
 #: Largest |measured - predicted| / predicted of ours the targets accept.
 PREDICTION_TOLERANCE = 0.03
@@ -567,7 +573,8 @@ class CompiledSettings:
         import torch._functorch.config as functorch_config
         from torch._dynamo.backends.common import aot_autograd
 
-        part = torch_ext.compiled.PlannedPartition(s[1], outside=self.outside)
+        part = torch_ext.compiled.PlannedPartition(s[1], outside=self.outside,
+                                                   beyond_canonical=BEYOND_CANONICAL)
         try:
             with functorch_config.patch(force_non_lazy_backward_lowering=True,
                                         enable_autograd_cache=False):
@@ -797,7 +804,8 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     plain_pred = lowerset.schedule(graph).peak
     least_plan = lowerset.min_peak(graph)
     budgets = budgets_between(least_plan.schedule.peak, plain_pred, n_budgets)
-    plans = [lowerset.solve(graph, budget=b) for b in budgets]
+    plans = [lowerset.solve(graph, budget=b, beyond_canonical=BEYOND_CANONICAL)
+             for b in budgets]
     _log(f"{name}: {len(graph.labels)} nodes, plain predicted {plain_pred / 1e6:.1f} MB, "
          f"least {least_plan.schedule.peak / 1e6:.1f} MB")
 
@@ -1004,7 +1012,8 @@ def bench_hf_model(name, attention, size, rounds):
     _hf_checkpointing(model, False)
     plans = {"least": lowerset.min_peak(graph)}
     try:
-        plans["at_hf"] = lowerset.solve(graph, hf["peak"] + resident)
+        plans["at_hf"] = lowerset.solve(graph, hf["peak"] + resident,
+                                        beyond_canonical=BEYOND_CANONICAL)
     except lowerset.InfeasibleBudgetError:
         plans["at_hf"] = None
     row = {"model": name, "attention": attention, "nodes": graph.n, "resident": resident}
@@ -1555,12 +1564,17 @@ def main(argv=None):
                         help="folder of bench_torch_<preset>.json and .md (default results/)")
     parser.add_argument("--plot", default=None,
                         help="picture (default bench_torch_<preset>.png in --out)")
+    parser.add_argument("--canonical-only", action="store_true",
+                        help="plan canonical strategies only (lowerset.solve's default), not "
+                             "the drop sets beyond them")
     parser.add_argument("--render", default=None, metavar="JSON",
                         help="write the markdown and the picture of an earlier run's JSON "
                              "(beside it, and --plot) without running anything")
     args = parser.parse_args(argv)
     if args.render:
         return render(args.render, args.plot)
+    global BEYOND_CANONICAL
+    BEYOND_CANONICAL = not args.canonical_only
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
     hf_names = None if args.hf is None else (args.hf or list(_hf_models().MODELS))
     if hf_names and device.type != "cpu":
@@ -1575,6 +1589,7 @@ def main(argv=None):
     out = pathlib.Path(args.out) / f"bench_torch_{args.preset}"
     picture = args.plot or out.with_suffix(".png")
     info = machine_info(device)
+    info["beyond_canonical"] = BEYOND_CANONICAL
     if device.type == "cpu":
         # steadier step times (freed blocks reused, not re-faulted); no memory figure changes
         info["allocator"] = _machine.reuse_freed_memory()

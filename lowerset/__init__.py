@@ -14,6 +14,7 @@ from .execution import *  # noqa: F401,F403
 from .graph import *  # noqa: F401,F403
 from .lowersets import *  # noqa: F401,F403
 from .strategy import *  # noqa: F401,F403
+from .dropset import *  # noqa: F401,F403
 from .dp import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .scheduling import *  # noqa: F401,F403
@@ -21,7 +22,7 @@ from .planner import *  # noqa: F401,F403
 from .baselines.dtr import DTRSchedule, dtr  # noqa: F401
 from .replay import *  # noqa: F401,F403
 from .optimality import *  # noqa: F401,F403
-from . import (baselines, dp, exceptions, execution, graph, io, lowersets, optimality,  # noqa: F401
+from . import (baselines, dp, dropset, exceptions, execution, graph, io, lowersets, optimality,  # noqa: F401
                planner, replay, scheduling, strategy)
 from . import batching, verifying  # noqa: F401  (the shared parts of max_batch_size and verify)
 from . import plot  # noqa: F401  (lowerset.plot.timeline after `import lowerset`; matplotlib on use)
@@ -29,5 +30,5 @@ from . import plot  # noqa: F401  (lowerset.plot.timeline after `import lowerset
 __version__ = "0.1.0"
 
 __all__ = (exceptions.__all__ + execution.__all__ + graph.__all__ + lowersets.__all__
-           + strategy.__all__ + dp.__all__ + ["dtr", "DTRSchedule"] + io.__all__
+           + strategy.__all__ + dropset.__all__ + dp.__all__ + ["dtr", "DTRSchedule"] + io.__all__
            + scheduling.__all__ + planner.__all__ + replay.__all__ + optimality.__all__)

@@ -13,6 +13,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
+from .dropset import DropSetStrategy
 from .exceptions import ArgumentTypeError, FormatError, GraphError, StrategyError
 from .graph import Graph, _graph_from_dict, _graph_to_dict
 from .strategy import CanonicalStrategy
@@ -261,8 +262,10 @@ def _write_atomic(path, text):
         raise
 
 
-def save_strategy(strategy: CanonicalStrategy, path: str | os.PathLike[str]) -> None:
-    """Write a :class:`CanonicalStrategy` as JSON (see :meth:`CanonicalStrategy.to_dict`).
+def save_strategy(strategy: CanonicalStrategy | DropSetStrategy,
+                  path: str | os.PathLike[str]) -> None:
+    """Write a strategy as JSON (see :meth:`CanonicalStrategy.to_dict` and
+    :meth:`DropSetStrategy.to_dict`).
 
     The file is replaced atomically: the JSON goes to a temporary file in the same folder,
     which is then renamed over `path`. If anything fails (a label JSON cannot hold, a full
@@ -270,21 +273,21 @@ def save_strategy(strategy: CanonicalStrategy, path: str | os.PathLike[str]) -> 
 
     Parameters
     ----------
-    strategy : CanonicalStrategy
+    strategy : CanonicalStrategy or DropSetStrategy
     path : str or os.PathLike
 
     Raises
     ------
     ArgumentTypeError
-        If `strategy` is not a CanonicalStrategy or `path` is not a path.
+        If `strategy` is neither or `path` is not a path.
     StrategyError
         If a node label or an entry cannot be written as JSON.
     OSError
         If the file cannot be written.
     """
-    if not isinstance(strategy, CanonicalStrategy):
-        raise ArgumentTypeError(
-            f"strategy must be a CanonicalStrategy, got {type(strategy).__name__}")
+    if not isinstance(strategy, (CanonicalStrategy, DropSetStrategy)):
+        raise ArgumentTypeError(f"strategy must be a CanonicalStrategy or a DropSetStrategy, "
+                                f"got {type(strategy).__name__}")
     path = _check_path(path)
     try:
         text = json.dumps(strategy.to_dict())
@@ -294,7 +297,7 @@ def save_strategy(strategy: CanonicalStrategy, path: str | os.PathLike[str]) -> 
 
 
 def load_strategy(path: str | os.PathLike[str],
-                  graph: Graph | None = None) -> CanonicalStrategy:
+                  graph: Graph | None = None) -> CanonicalStrategy | DropSetStrategy:
     """Read a strategy written by :func:`save_strategy`.
 
     Parameters
@@ -305,7 +308,8 @@ def load_strategy(path: str | os.PathLike[str],
 
     Returns
     -------
-    CanonicalStrategy
+    CanonicalStrategy or DropSetStrategy
+        As the file's ``format`` says ("lowerset.strategy" or "lowerset.dropset").
 
     Raises
     ------
@@ -313,7 +317,8 @@ def load_strategy(path: str | os.PathLike[str],
         If the file is not UTF-8 text holding valid JSON.
     StrategyError
         If it is not a lowerset strategy (a missing or malformed entry, lower sets that are not
-        a valid sequence), or was planned for a different graph.
+        a valid sequence, a node that may not be dropped), or was planned for a different
+        graph.
     GraphError
         If the stored graph is invalid.
     ArgumentTypeError
@@ -323,6 +328,8 @@ def load_strategy(path: str | os.PathLike[str],
     """
     path = _check_path(path)
     data = _parse_json(_read_text(path), path)
+    if isinstance(data, dict) and data.get("format") == "lowerset.dropset":
+        return DropSetStrategy.from_dict(data, graph=graph)
     return CanonicalStrategy.from_dict(data, graph=graph)
 
 

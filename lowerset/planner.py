@@ -34,7 +34,9 @@ sequences. Each public call has one time limit (:func:`default_time_limit`): a s
 ends, and the call returns the best plan found with a :class:`TimeLimitWarning`.
 ``min_peak(G, measure="activations")`` runs the same search on the graph with
 :func:`lowerset.activation_facts`, the paper's memory (no parameters, their gradients or
-workspace), and returns the plan on `G`.
+workspace), and returns the plan on `G`. Asked (``solve(..., beyond_canonical=True)``),
+:func:`solve` then searches dropped sets that no lower-set sequence gives
+(:mod:`lowerset.dropsearch`).
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ import contextlib
 import math
 import threading
 import warnings
-from typing import Any
+from typing import Any, Literal, overload
 
 from . import _limits, _progress, dp
 from ._typing import Number
 from ._validate import check_budget, check_graph, check_time_limit
 from .baselines import chen_sqrtn, selective_family
+from .dropsearch import search_dropped
+from .dropset import DropSetStrategy
 from .exceptions import ArgumentError, InfeasibleBudgetError, SearchLimitError, TimeLimitWarning
 from .execution import activation_facts
 from .graph import Graph
@@ -650,10 +654,25 @@ def _activation_view(G):
     return view
 
 
+@overload
 def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: str = "auto", *,
           model: str = "executor", max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
-          time_limit: Number | str | None = DEFAULT, progress: bool = True) -> CanonicalStrategy:
-    """Plan a canonical strategy within a memory budget.
+          time_limit: Number | str | None = DEFAULT, progress: bool = True,
+          beyond_canonical: Literal[False] = False) -> CanonicalStrategy: ...
+
+
+@overload
+def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: str = "auto", *,
+          model: str = "executor", max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+          time_limit: Number | str | None = DEFAULT, progress: bool = True,
+          beyond_canonical: bool) -> CanonicalStrategy | DropSetStrategy: ...
+
+
+def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: str = "auto", *,
+          model: str = "executor", max_lower_sets: int = DEFAULT_MAX_LOWER_SETS,
+          time_limit: Number | str | None = DEFAULT, progress: bool = True,
+          beyond_canonical: bool = False) -> CanonicalStrategy | DropSetStrategy:
+    """Plan a canonical strategy (or, asked, any dropped set) within a memory budget.
 
     Parameters
     ----------
@@ -688,13 +707,19 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         none).
     progress : bool
         As :func:`pareto` (the executor model).
+    beyond_canonical : bool
+        Executor model with a budget: then search the dropped sets of every plan the executor
+        runs, not only those of lower-set sequences, from the canonical plan found
+        (:func:`lowerset.dropsearch.search_dropped`), and return a
+        :class:`DropSetStrategy` where one recomputes less within `budget`.
 
     Returns
     -------
-    CanonicalStrategy
+    CanonicalStrategy or DropSetStrategy
         Executor model: the least overhead (``schedule.recompute_cost``) of the planner's
-        :func:`pareto` front whose ``schedule.peak`` is at most `budget`. Paper model: the
-        paper's DP result (``overhead`` eq. (1), ``peak_memory`` eq. (2)).
+        :func:`pareto` front whose ``schedule.peak`` is at most `budget` (with
+        `beyond_canonical`, of the drop-set search's plan too). Paper model: the paper's DP
+        result (``overhead`` eq. (1), ``peak_memory`` eq. (2)).
 
     Raises
     ------
@@ -702,7 +727,8 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         If `G` is not a Graph or `budget` is not a number.
     ArgumentError
         If `model`, `mode` or `method` is unknown, `mode="memory"` is asked of the executor
-        model, or `budget` is NaN, infinite or negative.
+        model, `beyond_canonical` of the paper model, or `budget` is NaN, infinite or
+        negative.
     InfeasibleBudgetError
         If no plan fits `budget`; carries the least reachable peak (``min_budget``) in bytes.
     SearchLimitError
@@ -730,6 +756,9 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
     if model not in MODELS:
         raise ArgumentError(f"unknown model {model!r}; expected one of {MODELS}")
     if model == "paper":
+        if beyond_canonical:
+            raise ArgumentError("beyond_canonical=True plans for the executor's schedule: the "
+                                "paper model's DP plans canonical strategies only")
         # any other str goes on to dp, whose check_time_limit names it
         limit: Any = None if isinstance(time_limit, str) and time_limit == DEFAULT else time_limit
         method = dp.resolve_method(G, method, max_lower_sets, limit)
@@ -749,8 +778,26 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
         else:
             best = _solve(G, budget, dp.resolve_method(G, method, max_lower_sets),
                           max_lower_sets, deadline)
+            if beyond_canonical:
+                best = _beyond_canonical(G, budget, best, deadline)
     _warn_if_cut(deadline, "solve", G, best)
     return best
+
+
+def _beyond_canonical(G, budget, best, deadline):
+    """`best`, or the plan of the drop-set search from it where that recomputes less."""
+    if _point(best)[0] == 0 or deadline.passed():
+        if deadline.passed():
+            deadline.note_cut("drop-set search")
+        return best
+    _progress.phase("drop-set search")
+    found = search_dropped(G, budget, best, deadline=deadline.left)
+    if deadline.passed():
+        deadline.note_cut("drop-set search")
+    if found is None:
+        return best
+    found.planner_seconds = deadline.elapsed()
+    return found
 
 
 def _solve(G, budget, method, max_lower_sets, deadline):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .dropset import DropSetStrategy
 from .exceptions import ArgumentError, ArgumentTypeError
 
 if TYPE_CHECKING:
@@ -240,8 +241,11 @@ def timeline(sched: Schedule, *, budget: int | None = None, measured: Any = None
                  and len(x) else []))
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     if title is None:
-        what = "plain step" if sched.strategy is None else (
-            f"{len(sched.strategy)} segments, recomputed cost {sched.recompute_cost}")
+        plan = sched.strategy
+        shape = ("" if plan is None else f"{len(plan.dropped)} values dropped"
+                 if isinstance(plan, DropSetStrategy) else f"{len(plan)} segments")
+        what = "plain step" if plan is None else (
+            f"{shape}, recomputed cost {sched.recompute_cost}")
         title = f"Memory timeline: {what}"
     ax.set_title(title, fontsize=10)
     _legend(ax, own)

@@ -67,6 +67,7 @@ from .execution import ExecutionFacts
 from .graph import Graph
 
 if TYPE_CHECKING:
+    from .dropset import DropSetStrategy
     from .strategy import CanonicalStrategy
 
 #: A schedule's events as int64 arrays ``(kind, node, nbytes, optr, oidx)``
@@ -138,14 +139,14 @@ class Schedule:
     ----------
     graph : Graph
         The step's graph.
-    strategy : CanonicalStrategy or None
+    strategy : CanonicalStrategy, DropSetStrategy or None
         None for the plain step.
     arrays : tuple of ndarray
         The events as arrays ``(kind, node, nbytes, optr, oidx)`` (int64; node ids, kind codes
         of :data:`EVENT_KINDS`, outputs in CSR form).
     """
 
-    def __init__(self, graph: Graph, strategy: CanonicalStrategy | None,
+    def __init__(self, graph: Graph, strategy: CanonicalStrategy | DropSetStrategy | None,
                  arrays: EventArrays) -> None:
         self.graph = graph
         self.strategy = strategy
@@ -204,14 +205,14 @@ class Schedule:
         return f"Schedule({len(self)} events, peak={self.peak} bytes, {what})"
 
 
-def schedule(plan: CanonicalStrategy | Graph) -> Schedule:
+def schedule(plan: CanonicalStrategy | DropSetStrategy | Graph) -> Schedule:
     """Return the schedule of one training step under `plan`.
 
     Parameters
     ----------
-    plan : CanonicalStrategy or Graph
-        A strategy (run with ``chainer_ext.RecomputeHook``), or a graph (the plain step with no
-        hook).
+    plan : CanonicalStrategy, DropSetStrategy or Graph
+        A strategy (run with ``chainer_ext.RecomputeHook`` or ``torch_ext.RecomputeContext``),
+        or a graph (the plain step with no hook).
 
     Returns
     -------
@@ -239,26 +240,30 @@ def schedule(plan: CanonicalStrategy | Graph) -> Schedule:
         return Schedule(plan.graph, plan, _hooked_arrays(plan.graph, dropped_nodes(plan)))
     if isinstance(plan, Graph):
         return Schedule(plan, None, _plain_arrays(plan))
-    raise ArgumentTypeError(f"plan must be a lowerset.CanonicalStrategy or a lowerset.Graph, "
-                            f"got {type(plan).__name__}")
+    raise ArgumentTypeError(f"plan must be a lowerset.CanonicalStrategy, a "
+                            f"lowerset.DropSetStrategy or a lowerset.Graph, got "
+                            f"{type(plan).__name__}")
 
 
-def _is_strategy(plan: object) -> TypeGuard[CanonicalStrategy]:
-    """Whether `plan` is a :class:`~lowerset.CanonicalStrategy`: an object with a graph and
-    the segment of each of its nodes (:func:`segment_labels`, all the schedule reads of it).
+def _is_strategy(plan: object) -> TypeGuard[CanonicalStrategy | DropSetStrategy]:
+    """Whether `plan` is a :class:`~lowerset.CanonicalStrategy` or a
+    :class:`~lowerset.DropSetStrategy`: an object with a graph and the segment of each of its
+    nodes (:func:`segment_labels`) or its dropped set (all the schedule reads of it).
 
     The test reads attributes rather than calling ``isinstance``: :mod:`lowerset.strategy`
-    imports this module (``CanonicalStrategy.schedule``), so this one does not import it."""
-    return isinstance(getattr(plan, "graph", None), Graph) and callable(
-        getattr(plan, "segment_of_nodes", None))
+    and :mod:`lowerset.dropset` import this module (their ``schedule``), so this one does not
+    import them."""
+    return isinstance(getattr(plan, "graph", None), Graph) and (
+        callable(getattr(plan, "segment_of_nodes", None))
+        or callable(getattr(plan, "dropped_mask", None)))
 
 
-def simulate(plan: CanonicalStrategy | Graph) -> MemoryFold:
+def simulate(plan: CanonicalStrategy | DropSetStrategy | Graph) -> MemoryFold:
     """Return the memory fold of `plan`'s schedule: ``schedule(plan).fold``.
 
     Parameters
     ----------
-    plan : CanonicalStrategy or Graph
+    plan : CanonicalStrategy, DropSetStrategy or Graph
 
     Returns
     -------
@@ -279,19 +284,22 @@ def simulate(plan: CanonicalStrategy | Graph) -> MemoryFold:
     return schedule(plan).fold
 
 
-def dropped_nodes(strategy: CanonicalStrategy) -> BoolArray:
+def dropped_nodes(strategy: CanonicalStrategy | DropSetStrategy) -> BoolArray:
     """Bool per node id (shape (n,)): the nodes whose outputs `strategy` drops after the forward
-    pass, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs, pinned nodes and nodes without
-    consumers; an in-place function (``NodeFacts.inplace``) and the producer of the array it
-    overwrites are dropped only when all of them would be (they share one buffer, and a
-    recomputation of the in-place function needs its argument's value from before the write).
+    pass. For a canonical strategy, ``V_i ∖ ∂(L_i)`` for ``i < k`` minus returned outputs,
+    pinned nodes and nodes without consumers; an in-place function (``NodeFacts.inplace``) and
+    the producer of the array it overwrites are dropped only when all of them would be (they
+    share one buffer, and a recomputation of the in-place function needs its argument's value
+    from before the write). For a :class:`~lowerset.DropSetStrategy`, its dropped set.
 
     Parameters
     ----------
-    strategy : CanonicalStrategy
+    strategy : CanonicalStrategy or DropSetStrategy
         The plan.
     """
-    return dropped_of_labels(strategy.graph, segment_labels(strategy))
+    if callable(getattr(strategy, "dropped_mask", None)):
+        return strategy.dropped_mask()  # type: ignore[union-attr]
+    return dropped_of_labels(strategy.graph, segment_labels(strategy))  # type: ignore[arg-type]
 
 
 def segment_labels(strategy: CanonicalStrategy) -> IntArray:

@@ -13,8 +13,9 @@ from lowerset import Event
 
 
 def events(plan):
-    """(events, timeline, highs) of `plan` (a CanonicalStrategy, or a Graph for the plain step)."""
-    if isinstance(plan, lowerset.CanonicalStrategy):
+    """(events, timeline, highs) of `plan` (a CanonicalStrategy or a DropSetStrategy, or a
+    Graph for the plain step)."""
+    if isinstance(plan, (lowerset.CanonicalStrategy, lowerset.DropSetStrategy)):
         g, evs = plan.graph, _hooked_events(plan)
     else:
         g, evs = plan, _plain_events(plan)
@@ -133,7 +134,8 @@ def _writes(F, kind, v):
 def _hooked_events(strategy):
     g = strategy.graph
     F = g.facts
-    dropped = _dropped(strategy)
+    dropped = (strategy.dropped_mask() if isinstance(strategy, lowerset.DropSetStrategy)
+               else _dropped(strategy))
     compute = _compute_events(g, dropped)
     returned = {("value", v, k) for v, k in F.returned}
     # last read of each materialization: key -> [start index, last index]

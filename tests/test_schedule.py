@@ -394,7 +394,8 @@ def test_schedule_invariants(data):
 
 
 def test_schedule_rejects_other_types():
-    with pytest.raises(ls.ArgumentTypeError, match="CanonicalStrategy or a lowerset.Graph"):
+    with pytest.raises(ls.ArgumentTypeError,
+                       match="CanonicalStrategy, a lowerset.DropSetStrategy or a lowerset.Graph"):
         ls.schedule("x")
 
 

@@ -25,7 +25,7 @@ class Branch:
 
     Parameters
     ----------
-    strategy : lowerset.CanonicalStrategy
+    strategy : lowerset.Strategy
         Planned on a graph from :func:`torch_ext.trace`.
     model : torch.nn.Module or None
         Passed to :class:`torch_ext._replay.ForwardCheck` (its train/eval mode is checked).
@@ -101,7 +101,7 @@ class Branches:
 
     Parameters
     ----------
-    strategies : sequence of lowerset.CanonicalStrategy
+    strategies : sequence of lowerset.Strategy
         At least one; where several graphs match a whole forward pass, the first is run.
     model : torch.nn.Module or None
         See :class:`Branch`.

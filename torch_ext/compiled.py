@@ -89,7 +89,7 @@ class CompiledPlan(NamedTuple):
     ----------
     graph : lowerset.Graph
         The forward part as :func:`joint_to_graph` builds it (labels: FX node names).
-    plan : lowerset.CanonicalStrategy
+    plan : lowerset.CanonicalStrategy or lowerset.DropSetStrategy
         The plan on it; ``plan.schedule.peak`` is the predicted peak (bytes).
     recomputed : tuple of str
         Names of the forward FX nodes tagged ``MUST_RECOMPUTE``.
@@ -108,7 +108,7 @@ class CompiledPlan(NamedTuple):
     """
 
     graph: lowerset.Graph
-    plan: lowerset.CanonicalStrategy
+    plan: lowerset.Strategy
     recomputed: tuple[str, ...]
     peak: int
     measured: int | None = None
@@ -371,6 +371,10 @@ class PlannedPartition:
         Run each distinct operation of the joint graph once on fresh tensors to measure its
         workspace (:mod:`torch_ext._workspace`; default True). False leaves the workspace
         out of the prediction.
+    beyond_canonical : bool
+        Plan at a budget with ``lowerset.solve(..., beyond_canonical=True)``: drop sets that
+        no lower-set sequence gives (:class:`lowerset.DropSetStrategy`) where they recompute
+        less. Default False.
 
     Attributes
     ----------
@@ -386,15 +390,15 @@ class PlannedPartition:
 
     def __init__(self, budget: int | None = None, *, outside: int = 0, method: str = "auto",
                  time_limit: float | str | None = lowerset.planner.DEFAULT,
-                 measure_workspace: bool = True) -> None:
+                 measure_workspace: bool = True, beyond_canonical: bool = False) -> None:
         self.budget, self.outside, self.method = budget, outside, method
         self.time_limit, self.measure_workspace = time_limit, measure_workspace
+        self.beyond_canonical = beyond_canonical
         self.plans: list[CompiledPlan] = []
         # fit_measured's: the dropped sets (_dropped_key) of plans this graph was compiled with
         self._compiled_before: set[bytes] = set()
 
-    def plan(self, graph: lowerset.Graph, budget: int | None = None
-             ) -> lowerset.CanonicalStrategy:
+    def plan(self, graph: lowerset.Graph, budget: int | None = None) -> lowerset.Strategy:
         """The plan of one graph at `budget` (bytes of the graph's schedule), this partition's
         ``budget - outside`` by default.
 
@@ -407,14 +411,15 @@ class PlannedPartition:
 
         Returns
         -------
-        lowerset.CanonicalStrategy
+        lowerset.CanonicalStrategy or lowerset.DropSetStrategy
+            The latter only with `beyond_canonical`.
         """
         if budget is None:
             if self.budget is None:
                 return self.least(graph)
             budget = self.budget - self.outside
-        return lowerset.solve(graph, budget, method=self.method,
-                              time_limit=self.time_limit, progress=False)
+        return lowerset.solve(graph, budget, method=self.method, time_limit=self.time_limit,
+                              progress=False, beyond_canonical=self.beyond_canonical)
 
     def __call__(self, joint: torch.fx.GraphModule, joint_inputs: Any, *,
                  num_fwd_outputs: int, **kwargs: Any) -> tuple[torch.fx.GraphModule,
@@ -614,7 +619,8 @@ def _tag(plan, members):
 
 def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "inductor",
             method: str = "auto", time_limit: float | str | None = lowerset.planner.DEFAULT,
-            measure_workspace: bool = True, measure_step: bool | None = None) -> Any:
+            measure_workspace: bool = True, measure_step: bool | None = None,
+            beyond_canonical: bool = False) -> Any:
     """A ``torch.compile`` backend whose partition saves what a lowerset plan keeps.
 
     ``torch.compile(model, backend=torch_ext.compiled.backend(budget))``: every graph the model
@@ -632,7 +638,7 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     compiler : {"inductor", "aot_eager"}
         What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
         prediction's model).
-    method, time_limit, measure_workspace
+    method, time_limit, measure_workspace, beyond_canonical
         As :class:`PlannedPartition`.
     measure_step : bool, optional
         Hold `budget` by the compiled step's measured peak (:func:`fit_measured`): each
@@ -656,7 +662,8 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
         raise lowerset.ArgumentError(f"unknown compiler {compiler!r}; expected one of "
                                      f"{COMPILERS}")
     partition = PlannedPartition(budget, outside=outside, method=method, time_limit=time_limit,
-                                 measure_workspace=measure_workspace)
+                                 measure_workspace=measure_workspace,
+                                 beyond_canonical=beyond_canonical)
     if measure_step is None:
         measure_step = budget is not None and compiler == "inductor"
     if compiler == "aot_eager":
@@ -872,10 +879,12 @@ class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name
     def __reduce__(self):
         p = self.partition
         return (_inductor_partition, (p.budget, p.outside, p.method, p.time_limit,
-                                      p.measure_workspace))
+                                      p.measure_workspace, p.beyond_canonical))
 
 
-def _inductor_partition(budget, outside, method, time_limit, measure_workspace):
+def _inductor_partition(budget, outside, method, time_limit, measure_workspace,
+                        beyond_canonical):
     return InductorPartition(PlannedPartition(budget, outside=outside, method=method,
                                               time_limit=time_limit,
-                                              measure_workspace=measure_workspace))
+                                              measure_workspace=measure_workspace,
+                                              beyond_canonical=beyond_canonical))

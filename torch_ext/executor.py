@@ -94,7 +94,7 @@ class RecomputeContext:
 
     Parameters
     ----------
-    strategy : lowerset.CanonicalStrategy, sequence of them, or None
+    strategy : lowerset.CanonicalStrategy or lowerset.DropSetStrategy, a sequence of them, or None
         Planned on a graph from :func:`torch_ext.trace` (or that graph loaded from JSON); a
         sequence holds one strategy per branch of the step's code (where several graphs
         match a whole step, the first is run). ``None`` (with `graph`) recomputes nothing:
@@ -119,7 +119,7 @@ class RecomputeContext:
 
     Attributes
     ----------
-    strategy : lowerset.CanonicalStrategy
+    strategy : lowerset.CanonicalStrategy or lowerset.DropSetStrategy
     schedule : lowerset.Schedule
         What the context executes: of the branch the step under way (or the last one) takes,
         the first strategy's before a step shows its branch.
@@ -131,8 +131,8 @@ class RecomputeContext:
     Raises
     ------
     TypeError
-        If `strategy` is not a CanonicalStrategy or a non-empty sequence of them (or None
-        without `graph`).
+        If `strategy` is not a strategy (``lowerset.STRATEGY_TYPES``) or a non-empty sequence
+        of them (or None without `graph`).
     StrategyMismatchError
         If a strategy's graph was not recorded by :func:`torch_ext.trace`; while running,
         before anything is dropped for an operation, if the operation differs from the graph
@@ -189,8 +189,8 @@ class RecomputeContext:
     _modes: list[AbstractContextManager[Any]]
     _owner: int | None
 
-    def __init__(self, strategy: lowerset.CanonicalStrategy | list[lowerset.CanonicalStrategy]
-                 | tuple[lowerset.CanonicalStrategy, ...] | None = None, *,
+    def __init__(self, strategy: lowerset.Strategy | list[lowerset.Strategy]
+                 | tuple[lowerset.Strategy, ...] | None = None, *,
                  record: bool = False, graph: lowerset.Graph | None = None,
                  model: torch.nn.Module | None = None, check: bool = False) -> None:
         if model is not None:
@@ -211,8 +211,8 @@ class RecomputeContext:
     # -- per-step state ---------------------------------------------------------------------------
 
     @property
-    def strategy(self) -> lowerset.CanonicalStrategy:
-        """The CanonicalStrategy this context runs: the branch of the step (the first open
+    def strategy(self) -> lowerset.Strategy:
+        """The strategy this context runs: the branch of the step (the first open
         branch until the step shows which)."""
         return self._branches.active.strategy
 
@@ -613,10 +613,10 @@ def _strategies(strategy, graph):
         raise ArgumentTypeError("RecomputeContext needs at least one strategy, got an empty "
                                 "sequence")
     for i, s in enumerate(strategies):
-        if not isinstance(s, lowerset.CanonicalStrategy):
+        if not isinstance(s, lowerset.STRATEGY_TYPES):
             where = f"strategy {i} of the sequence" if many else "strategy"
-            raise ArgumentTypeError(f"{where} must be a lowerset.CanonicalStrategy, got "
-                                    f"{type(s).__name__}")
+            raise ArgumentTypeError(f"{where} must be a lowerset.CanonicalStrategy or a "
+                                    f"lowerset.DropSetStrategy, got {type(s).__name__}")
     return strategies
 
 

@@ -18,8 +18,8 @@ __all__ = ["verify", "VerifyReport", "VerificationError"]
 
 
 def verify(step: Callable[[], torch.Tensor],
-           strategy: lowerset.CanonicalStrategy | list[lowerset.CanonicalStrategy]
-           | tuple[lowerset.CanonicalStrategy, ...], *, model: torch.nn.Module | None = None,
+           strategy: lowerset.Strategy | list[lowerset.Strategy]
+           | tuple[lowerset.Strategy, ...], *, model: torch.nn.Module | None = None,
            params: torch.nn.Module | Mapping[str, torch.Tensor] | Iterable[torch.Tensor]
            | None = None, raise_on_mismatch: bool = False, check: bool = True) -> VerifyReport:
     """Run `step` once plainly and once under ``RecomputeContext(strategy)`` from the same
@@ -40,7 +40,7 @@ def verify(step: Callable[[], torch.Tensor],
         Takes no argument and runs one forward pass, returning the loss (a one-element
         tensor); ``verify`` calls ``backward()`` on it. It runs in the model's mode (call
         ``model.train()`` first for dropout and BatchNorm's batch statistics).
-    strategy : lowerset.CanonicalStrategy or sequence of them
+    strategy : lowerset.CanonicalStrategy or lowerset.DropSetStrategy, or a sequence of them
         Planned on :func:`torch_ext.trace` of the same step; a sequence holds one strategy per
         branch of the step's code (:class:`RecomputeContext`), planned on traces with the
         same gradients at the start.
@@ -79,7 +79,8 @@ def verify(step: Callable[[], torch.Tensor],
     VerificationError
         With `raise_on_mismatch`, if the report is not ok.
     TypeError
-        If `strategy` is not a :class:`lowerset.CanonicalStrategy` (from the context).
+        If `strategy` is not a :class:`lowerset.CanonicalStrategy` or a
+        :class:`lowerset.DropSetStrategy` (from the context).
     lowerset.ArgumentTypeError
         If `params` is not one of the types above.
     StrategyMismatchError

@@ -103,3 +103,28 @@ def test_random_nets_run_any_strategy_bitwise(net, data):
         assert first_difference(plain, planned) is None
         assert ctx.events == list(plan.schedule.events)
         assert abs(peak - (plan.schedule.peak - graph.facts.resident)) <= SCALARS
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_nets(), st.data())
+def test_random_nets_run_any_drop_set_bitwise(net, data):
+    """A drop set no lower-set sequence gives (each unit drawn on its own) runs bitwise, event
+    by event, at its schedule's peak: the executor needs no canonical structure."""
+    specs, heads = net
+    torch.manual_seed(0)
+    model = RandomNet(specs, heads).train()
+    gen = torch.Generator().manual_seed(0)
+    x, t = torch.randn(2, 3, 6, 6, generator=gen), torch.randint(0, 3, (2,), generator=gen)
+    fn = lambda: model(x, t)  # noqa: E731
+    graph = torch_ext.trace(fn, model=model)
+    state = save(model)
+    plain, _, _ = step(model, fn, state)
+    units = lowerset.drop_units(graph)
+    picks = data.draw(st.lists(st.booleans(), min_size=len(units), max_size=len(units)),
+                      label="dropped units")
+    dropped = {graph.labels[v] for u, p in zip(units, picks) if p for v in u.tolist()}
+    plan = lowerset.DropSetStrategy(graph, dropped)
+    planned, peak, ctx = step(model, fn, state, plan)
+    assert first_difference(plain, planned) is None
+    assert ctx.events == list(plan.schedule.events)
+    assert abs(peak - (plan.schedule.peak - graph.facts.resident)) <= SCALARS
