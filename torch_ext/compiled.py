@@ -638,7 +638,7 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
     compiler : {"inductor", "aot_eager"}
         What compiles the two graphs: Inductor, or none (``aot_eager``: op by op, the
         prediction's model).
-    method, time_limit, measure_workspace, beyond_canonical
+    method, time_limit, measure_workspace
         As :class:`PlannedPartition`.
     measure_step : bool, optional
         Hold `budget` by the compiled step's measured peak (:func:`fit_measured`): each
@@ -647,6 +647,8 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
         over. None (default): with a budget under Inductor, whose code differs from the
         partitioned graphs the prediction analyses; under ``aot_eager`` the prediction holds
         the budget.
+    beyond_canonical : bool
+        As :class:`PlannedPartition`.
 
     Returns
     -------
