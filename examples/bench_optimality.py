@@ -24,7 +24,9 @@ times anywhere):
   (``--networks-from traced``).
 
 For the last two, the planner's least peak and its recomputation at 0.9, 0.75 and 0.6 x the
-plain step's peak P are set against the canonical and general optimum (or bound), with the
+plain step's peak P (and with ``solve(..., beyond_canonical=True)``, which may return a drop
+set, a plan between the two models) are set against the canonical and general optimum (or
+bound), with the
 planner's gap in %: (planner - bound) / bound for peaks; for recomputation the planner's cost
 units against the optimum's (or its bound). A general optimum or bound also bounds the
 canonical optimum (every canonical schedule is a general one) and is used where it is higher.
@@ -206,9 +208,10 @@ def _optimum(g, budget, model, time_limit):
     return o.lower_bound, False, o
 
 
-def _planner(g, budget):
+def _planner(g, budget, beyond_canonical=False):
     try:
-        s = ls.min_peak(g) if budget is None else ls.solve(g, budget)
+        s = ls.min_peak(g) if budget is None else ls.solve(g, budget,
+                                                           beyond_canonical=beyond_canonical)
     except ls.InfeasibleBudgetError:
         return None
     return s.schedule.peak if budget is None else s.schedule.recompute_cost
@@ -225,6 +228,8 @@ def measure(name, g, time_limit):
     for budget in [None] + [int(f * plain) for f in PLAIN_FRACTIONS]:
         t0 = time.perf_counter()
         point = {"budget": budget, "planner": _planner(g, budget)}
+        if budget is not None:
+            point["planner_dropsets"] = _planner(g, budget, beyond_canonical=True)
         for model in ("canonical", "general"):
             value, proven, o = _optimum(g, budget, model, time_limit)
             point[model] = value
@@ -283,12 +288,18 @@ def rows_markdown(title, rows):
                      f"{_gap(r['planner_peak'], p['canonical'], p['canonical_proven'])} | "
                      f"{_fmt(p['general'], p['general_proven'], unit)} | "
                      f"{_gap(r['planner_peak'], p['general'], p['general_proven'])} |")
+    keys = ("planner", "planner_dropsets", "canonical", "general")
+    if not any("planner_dropsets" in p for ps in points for p in ps[1:]):   # runs before it
+        keys = keys[:1] + keys[2:]
     lines += ["", "Recomputation (cost units) at 0.9 / 0.75 / 0.6 x the plain peak: planner; "
-              "canonical optimum (>= a bound); general optimum", "",
-              "| step | planner | canonical | general |", "|---|---|---|---|"]
+              + ("planner with drop sets (`solve(..., beyond_canonical=True)`); "
+                 if "planner_dropsets" in keys else "")
+              + "canonical optimum (>= a bound); general optimum", "",
+              "| step | " + " | ".join(k.replace("planner_dropsets", "drop sets") for k in keys)
+              + " |", "|---" * (len(keys) + 1) + "|"]
     for r, ps in zip(rows, points):
         cells = [" / ".join(_fmt(p[key], p.get(key + "_proven", True), "cost") for p in ps[1:])
-                 for key in ("planner", "canonical", "general")]
+                 for key in keys]
         lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

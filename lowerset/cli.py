@@ -108,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--mode", choices=("time", "memory"), default="time",
                    help="with --model paper: time-centric (least overhead, default) or "
                         "memory-centric (largest overhead, coarse segments)")
+    q.add_argument("--beyond-canonical", action="store_true",
+                   help="executor model: also search drop sets that no lower-set sequence "
+                        "gives, and write one where it recomputes less "
+                        "(lowerset.DropSetStrategy)")
     q.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write the plan here (default: stdout, with the summary on stderr)")
 
@@ -240,8 +244,12 @@ def _strategy_line(s, model):
         return (f"{len(s)} segments, eq. (1) overhead {s.overhead} cost units "
                 f"({100.0 * s.overhead / total:.1f}% of T(V) = {total}), eq. (2) peak "
                 f"{_fmt(s.peak_memory)}; schedule peak {_fmt(s.schedule.peak)}")
+    from .dropset import DropSetStrategy
+
     sc = s.schedule
-    return (f"{len(s)} segments, recomputes {len(sc.recomputed)} of {g.n} values (cost "
+    shape = (f"drop set of {len(s.dropped)} values" if isinstance(s, DropSetStrategy)
+             else f"{len(s)} segments")
+    return (f"{shape}, recomputes {len(sc.recomputed)} of {g.n} values (cost "
             f"{sc.recompute_cost}, {100.0 * sc.recompute_cost / total:.1f}% of T(V) = {total}), "
             f"predicted peak {_fmt(sc.peak)}")
 
@@ -284,10 +292,13 @@ def cmd_plan(a: argparse.Namespace, out: IO[str]) -> None:
     _resolve_method(a, g)
     if a.model == "executor" and a.mode != "time":
         raise CommandError("--mode memory is the paper's memory-centric DP: add --model paper")
+    if a.model == "paper" and a.beyond_canonical:
+        raise CommandError("--beyond-canonical plans for the executor's schedule: drop "
+                           "--model paper")
     with progress(f"planning {os.path.basename(a.graph)}", not a.no_progress):
         try:
             s = solve(g, a.budget, mode=a.mode, method=a.method, model=a.model,
-                      time_limit=_planner_limit(a))
+                      time_limit=_planner_limit(a), beyond_canonical=a.beyond_canonical)
         except InfeasibleBudgetError as e:
             raise CommandError(_infeasible(e, a.model)) from None
     data = s.to_dict()
@@ -350,14 +361,23 @@ def cmd_simulate(a: argparse.Namespace, out: IO[str]) -> None:
     out : file
         Where the report is written (standard output).
     """
+    from .dropset import DropSetStrategy
+
     s = _read_plan(a.plan)
+    if isinstance(s, DropSetStrategy) and (a.plot_plan or a.dot):
+        raise CommandError(f"{a.plan} is a drop set, which has no segments to draw: "
+                           "--plot-plan and --dot draw a canonical strategy")
     sc = s.schedule
     g = s.graph
     parts = _schedule_lines(sc, a.budget)
-    lines = [f"plan: {len(s)} segments on {g.n} nodes ({_facts_kind(g)} execution facts)",
-             parts["peak"], parts["resident"], parts["recomputed"],
-             f"eq. (1) overhead {s.overhead}, eq. (2) peak {_fmt(s.peak_memory)}",
-             parts["events"]]
+    if isinstance(s, DropSetStrategy):
+        shape = f"a drop set of {len(s.dropped)} values"
+        paper = "no eq. (1) or eq. (2): not a lower-set sequence"
+    else:
+        shape = f"{len(s)} segments"
+        paper = f"eq. (1) overhead {s.overhead}, eq. (2) peak {_fmt(s.peak_memory)}"
+    lines = [f"plan: {shape} on {g.n} nodes ({_facts_kind(g)} execution facts)",
+             parts["peak"], parts["resident"], parts["recomputed"], paper, parts["events"]]
     if parts["budget"]:
         lines.append(parts["budget"])
     out.write("\n".join(lines) + "\n")

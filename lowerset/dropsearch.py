@@ -19,8 +19,10 @@ sequences. It starts from two plans and climbs from the better one:
 A unit is a droppable node, or an in-place group (a function that overwrites an array and the
 array's producer, dropped together). Every schedule is stopped by the kernel where it passes
 the budget or the best cost so far (``cost_cap``, ``peak_cap``), which the decision needs no
-more than. The search is local: :func:`lowerset.optimum` bounds only canonical strategies, and
-no bound on drop sets is computed here; ``examples/bench_quality.py`` measures the gain.
+more than. The search is local. Every drop set is a plan of general recomputation, so
+``lowerset.optimum(g, budget, model="general")`` bounds its recomputation from below;
+``examples/bench_optimality.py`` sets the two side by side, and tests/test_dropset.py against
+an exhaustive search over every union of units on small graphs.
 
 References
 ----------

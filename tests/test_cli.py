@@ -258,3 +258,22 @@ def test_python_m_lowerset_and_no_tqdm_in_a_pipe(vgg, tmp_path):
                            "approx"], capture_output=True, text=True)
     assert proc.returncode == 0 and int(proc.stdout) == int(run("min-budget", vgg, "--method",
                                                                 "approx")[1])
+
+
+def test_plan_beyond_canonical_writes_a_drop_set_that_simulate_reads(tmp_path):
+    from test_dropset import _below_canonical_graph
+
+    g, path = _below_canonical_graph(), tmp_path / "g.json"
+    ls.save_graph(g, path)
+    status, out, _ = run("plan", path, "--budget", 90, "--beyond-canonical", "-o",
+                         tmp_path / "p.json", "--no-progress")
+    assert status == 0 and "drop set of 1 values" in out and "(cost 10," in out
+    plan = ls.load_strategy(tmp_path / "p.json", graph=g)
+    assert isinstance(plan, ls.DropSetStrategy) and plan.dropped == {0}
+    status, out, _ = run("simulate", tmp_path / "p.json", "--budget", 90)
+    assert status == 0 and "a drop set of 1 values" in out
+    assert f"({plan.schedule.peak} bytes)" in out and "fits" in out
+    status, _, err = run("simulate", tmp_path / "p.json", "--dot", tmp_path / "p.dot")
+    assert status == 1 and "no segments to draw" in err
+    status, _, err = run("plan", path, "--budget", 90, "--beyond-canonical", "--model", "paper")
+    assert status == 1 and "--beyond-canonical plans for the executor" in err

@@ -167,3 +167,31 @@ def test_search_reaches_the_exhaustive_optimum_on_most_random_graphs():
         hits += got == _exhaustive(g, budget)
         better += found is not None
     assert hits >= 0.85 * total and better > 0, (hits, better)
+
+
+def _below_canonical_graph():
+    """An 8-node graph (found by a seeded search) on which a drop set fits 90 bytes recomputing
+    10 cost units, where every lower-set sequence that fits recomputes 20 or more."""
+    edges = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 4), (2, 5), (2, 7), (4, 5), (4, 6)]
+    cost = [10, 10, 10, 8, 1, 3, 7, 10]
+    memory = [3, 1, 8, 2, 9, 3, 2, 8]
+    return ls.Graph(range(8), edges, cost=dict(enumerate(cost)), memory=dict(enumerate(memory)))
+
+
+def test_solve_beyond_canonical_goes_below_every_canonical_strategy():
+    from lowerset.bruteforce import brute_schedule_points
+
+    g, budget = _below_canonical_graph(), 90
+    canonical = min(c for p, c, _ in brute_schedule_points(g) if p <= budget)
+    assert canonical == 20 == ls.solve(g, budget, progress=False).schedule.recompute_cost
+    assert _exhaustive(g, budget) == 10
+    plan = ls.solve(g, budget, progress=False, beyond_canonical=True)
+    assert isinstance(plan, ls.DropSetStrategy)
+    assert (plan.overhead, plan.dropped) == (10, frozenset({0}))
+    assert _reference_point(plan) == (plan.schedule.peak, 10) and plan.schedule.peak <= budget
+    assert plan.budget == budget and plan.planner_seconds is not None
+
+
+def test_beyond_canonical_is_refused_by_the_paper_model():
+    with pytest.raises(ls.ArgumentError, match="beyond_canonical"):
+        ls.solve(ls.Graph.chain(4, memory=10), 50, model="paper", beyond_canonical=True)
