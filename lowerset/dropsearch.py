@@ -92,6 +92,8 @@ def search_dropped(graph: Graph, budget: int, start: CanonicalStrategy | DropSet
         _greedy_prefix(run)
         if run.best is not None:
             _climb(run)
+    except _Spent:
+        pass
     except SearchLimitError as e:
         if e.limit != "time_limit":
             raise
@@ -149,11 +151,8 @@ class _Evaluations:
         return sorted(ids, key=lambda i: -self.unit_cost[i])
 
 
-class _Spent(SearchLimitError):
+class _Spent(Exception):
     """`max_evaluations` schedules computed: the search returns its best."""
-
-    def __init__(self):
-        super().__init__("max_evaluations schedules computed", limit="time_limit")
 
 
 def _greedy_prefix(run):
@@ -169,8 +168,8 @@ def _greedy_prefix(run):
 
 
 def _climb(run):
-    """First-improvement hill climb from the best set over keep and swap moves (see the module
-    docstring), until no move improves."""
+    """First-improvement hill climb from the best set over keep, swap and repair moves (see
+    the module docstring), until no move improves."""
     while _improve(run):
         pass
 

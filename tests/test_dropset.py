@@ -195,3 +195,35 @@ def test_solve_beyond_canonical_goes_below_every_canonical_strategy():
 def test_beyond_canonical_is_refused_by_the_paper_model():
     with pytest.raises(ls.ArgumentError, match="beyond_canonical"):
         ls.solve(ls.Graph.chain(4, memory=10), 50, model="paper", beyond_canonical=True)
+
+
+def test_search_stops_at_max_evaluations_and_at_the_deadline(monkeypatch):
+    import lowerset.dropsearch as dropsearch
+
+    g, budget = _below_canonical_graph(), 90
+    start = ls.solve(g, budget, progress=False)
+    calls = []
+    real = dropsearch._peak_and_cost
+    monkeypatch.setattr(dropsearch, "_peak_and_cost",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    for cap in (1, 3, 10_000):
+        calls.clear()
+        found = search_dropped(g, budget, start, max_evaluations=cap)
+        assert len(calls) <= cap + 1   # the start's own schedule, then at most `cap`
+        assert found is None or (found.schedule.peak <= budget
+                                 and found.overhead < start.schedule.recompute_cost)
+    assert found is not None and found.overhead == 10
+
+    def after(k, limit):
+        seen = []
+
+        def deadline():
+            seen.append(1)
+            if len(seen) > k:
+                raise ls.SearchLimitError("stop", limit=limit)
+        return deadline
+
+    assert search_dropped(g, budget, start, deadline=after(0, "time_limit")) is None
+    assert search_dropped(g, budget, start, deadline=after(10_000, "time_limit")).overhead == 10
+    with pytest.raises(ls.SearchLimitError, match="stop"):
+        search_dropped(g, budget, start, deadline=after(2, "stopped"))
