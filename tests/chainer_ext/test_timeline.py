@@ -36,5 +36,6 @@ def test_samples_follow_the_schedule(hooked):
 
 
 def test_errors():
-    with pytest.raises(TypeError, match="CanonicalStrategy or a lowerset.Graph"):
+    with pytest.raises(TypeError,
+                       match="CanonicalStrategy, a lowerset.DropSetStrategy or a lowerset.Graph"):
         measure_timeline(lambda: None, "plan")
