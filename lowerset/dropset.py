@@ -26,10 +26,9 @@ import numpy as np
 
 from ._typing import BoolArray, IntArray, Number
 from ._validate import check_budget, check_graph
-from .exceptions import ArgumentError, ArgumentTypeError, StrategyError
-from .graph import _graph_from_dict, _graph_to_dict
+from .exceptions import ArgumentTypeError, StrategyError
 from .scheduling import _drop_rule, dropped_nodes, pinned_nodes, schedule
-from .strategy import CanonicalStrategy
+from .strategy import CanonicalStrategy, _json_graph, _read_plan_dict
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -166,10 +165,7 @@ class DropSetStrategy:
             If a node label is not a str or an int (JSON cannot keep other label types).
         """
         g = self.graph
-        for v in g.labels:
-            if not isinstance(v, (str, int)) or isinstance(v, bool):
-                raise StrategyError(f"node label {v!r} is not a str or int; cannot write JSON")
-        return {"format": _FORMAT, "version": _VERSION, "graph": _graph_to_dict(g, attrs=False),
+        return {"format": _FORMAT, "version": _VERSION, "graph": _json_graph(g),
                 "dropped": [g.labels[v] for v in np.flatnonzero(self._mask).tolist()],
                 "method": self.method, "mode": self.mode, "budget": self.budget,
                 "overhead": self.overhead, "peak": self.schedule.peak}
@@ -195,34 +191,16 @@ class DropSetStrategy:
         ArgumentTypeError
             If `graph` is neither None nor a Graph.
         """
-        if graph is not None:
-            check_graph(graph, "graph")
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise StrategyError(f"not a lowerset drop-set strategy (missing format {_FORMAT!r})")
-        if data.get("version") != _VERSION:
-            raise StrategyError(f"unsupported drop-set strategy version {data.get('version')!r}")
-        missing = [k for k in ("graph", "dropped") if k not in data]
-        if missing:
-            raise StrategyError(f"malformed strategy: missing entry {missing[0]!r}")
-        try:
-            stored = _graph_from_dict(data["graph"])
-        except (KeyError, TypeError) as e:
-            raise StrategyError(f"malformed strategy: invalid entry 'graph': {e}") from None
-        if not isinstance(data["dropped"], list):
-            raise StrategyError("malformed strategy: 'dropped' must be a list of node labels")
-        for key in ("method", "mode"):
-            if data.get(key) is not None and not isinstance(data[key], str):
-                raise StrategyError(f"malformed strategy: {key!r} must be a string or null, got "
-                                    f"{data[key]!r}")
-        try:
-            budget = None if data.get("budget") is None else check_budget(data["budget"])
-        except (ArgumentError, ArgumentTypeError) as e:
-            raise StrategyError(f"malformed strategy: {e}") from None
-        if graph is not None and not graph.matches(stored):
-            raise StrategyError("the strategy was planned for a different graph (nodes, "
-                                "edges, costs, memory or execution facts differ)")
-        return cls(stored if graph is None else graph, data["dropped"],
-                   method=data.get("method"), mode=data.get("mode"), budget=budget)
+        graph, dropped, meta = _read_plan_dict(data, graph, _FORMAT, _VERSION,
+                                               "drop-set strategy", "dropped", _labels_of)
+        return cls(graph, dropped, **meta)
+
+
+def _labels_of(raw: Any) -> list[Any]:
+    """The dropped labels of a drop set's dict, or StrategyError where they are not a list."""
+    if not isinstance(raw, list):
+        raise StrategyError("malformed strategy: 'dropped' must be a list of node labels")
+    return raw
 
 
 def drop_units(graph: Graph) -> list[IntArray]:

@@ -8,7 +8,7 @@ planners return.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -290,13 +290,10 @@ class CanonicalStrategy:
             If a node label is not a str or an int (JSON cannot keep other label types).
         """
         g = self.graph
-        for v in g.labels:
-            if not isinstance(v, (str, int)) or isinstance(v, bool):
-                raise StrategyError(f"node label {v!r} is not a str or int; cannot write JSON")
         return {
             "format": _FORMAT,
             "version": _VERSION,
-            "graph": _graph_to_dict(g, attrs=False),
+            "graph": _json_graph(g),
             "lower_sets": [sorted(L, key=g.index.__getitem__) for L in self.lower_sets],
             "method": self.method,
             "mode": self.mode,
@@ -329,42 +326,9 @@ class CanonicalStrategy:
         ArgumentTypeError
             If `graph` is neither None nor a Graph.
         """
-        if graph is not None:
-            check_graph(graph, "graph")
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise StrategyError("not a lowerset strategy (missing format 'lowerset.strategy')")
-        if data.get("version") != _VERSION:
-            raise StrategyError(f"unsupported strategy version {data.get('version')!r}")
-        missing = [k for k in ("graph", "lower_sets") if k not in data]
-        if missing:
-            raise StrategyError(f"malformed strategy: missing entry {missing[0]!r}")
-        try:
-            stored = _graph_from_dict(data["graph"])
-        except (KeyError, TypeError) as e:
-            raise StrategyError(f"malformed strategy: invalid entry 'graph': {e}") from None
-        raw = data["lower_sets"]
-        try:
-            if not isinstance(raw, list) or not all(isinstance(L, list) for L in raw):
-                raise TypeError("a list of lists of node labels expected")
-            lower_sets = [set(L) for L in raw]
-        except TypeError as e:
-            raise StrategyError(f"malformed strategy: invalid entry 'lower_sets': {e}") from None
-        for key in ("method", "mode"):
-            if data.get(key) is not None and not isinstance(data[key], str):
-                raise StrategyError(f"malformed strategy: {key!r} must be a string or null, got "
-                                    f"{data[key]!r}")
-        try:
-            budget = None if data.get("budget") is None else check_budget(data["budget"])
-        except (ArgumentError, ArgumentTypeError) as e:
-            raise StrategyError(f"malformed strategy: {e}") from None
-        if graph is not None:
-            if not graph.matches(stored):
-                raise StrategyError("the strategy was planned for a different graph (nodes, "
-                                    "edges, costs, memory or execution facts differ)")
-        else:
-            graph = stored
-        return cls(graph, lower_sets, method=data.get("method"),
-                   mode=data.get("mode"), budget=budget)
+        graph, lower_sets, meta = _read_plan_dict(data, graph, _FORMAT, _VERSION, "strategy",
+                                                  "lower_sets", _lower_sets_of)
+        return cls(graph, lower_sets, **meta)
 
 
 def _segments_of_masks(masks, n):
@@ -374,3 +338,75 @@ def _segments_of_masks(masks, n):
     for m in masks:
         seg -= np.asarray(m, dtype=bool)
     return seg
+
+
+def _json_graph(g: Graph) -> dict[str, Any]:
+    """The JSON of a plan's graph (nodes, edges, costs, memory; :meth:`to_dict`).
+
+    Raises
+    ------
+    StrategyError
+        If a node label is not a str or an int (JSON cannot keep other label types).
+    """
+    for v in g.labels:
+        if not isinstance(v, (str, int)) or isinstance(v, bool):
+            raise StrategyError(f"node label {v!r} is not a str or int; cannot write JSON")
+    return _graph_to_dict(g, attrs=False)
+
+
+def _lower_sets_of(raw: Any) -> list[set[Any]]:
+    """The lower sets of a strategy's dict, or StrategyError where they are not lists of
+    labels."""
+    try:
+        if not isinstance(raw, list) or not all(isinstance(L, list) for L in raw):
+            raise TypeError("a list of lists of node labels expected")
+        return [set(L) for L in raw]
+    except TypeError as e:
+        raise StrategyError(f"malformed strategy: invalid entry 'lower_sets': {e}") from None
+
+
+def _read_plan_dict(data: Any, graph: Graph | None, fmt: str, version: int, what: str,
+                    entry: str, parse: Callable[[Any], Any]
+                    ) -> tuple[Graph, Any, dict[str, Any]]:
+    """A plan's dict (a strategy's or a drop set's :meth:`to_dict`), checked in the order of
+    its entries: (the graph to attach the plan to, ``parse(data[entry])``, ``method``,
+    ``mode`` and ``budget`` as keyword arguments).
+
+    Raises
+    ------
+    StrategyError
+        If the dict is not of format `fmt` at `version`, "graph" or `entry` is missing, the
+        graph, the entry (`parse` raises), method, mode or budget is malformed, or the stored
+        graph does not match `graph`.
+    GraphError
+        If the stored graph is invalid.
+    ArgumentTypeError
+        If `graph` is neither None nor a Graph.
+    """
+    if graph is not None:
+        check_graph(graph, "graph")
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise StrategyError(f"not a lowerset {what} (missing format {fmt!r})")
+    if data.get("version") != version:
+        raise StrategyError(f"unsupported {what} version {data.get('version')!r}")
+    missing = [k for k in ("graph", entry) if k not in data]
+    if missing:
+        raise StrategyError(f"malformed strategy: missing entry {missing[0]!r}")
+    try:
+        stored = _graph_from_dict(data["graph"])
+    except (KeyError, TypeError) as e:
+        raise StrategyError(f"malformed strategy: invalid entry 'graph': {e}") from None
+    parsed = parse(data[entry])
+    for key in ("method", "mode"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise StrategyError(f"malformed strategy: {key!r} must be a string or null, got "
+                                f"{data[key]!r}")
+    try:
+        budget = None if data.get("budget") is None else check_budget(data["budget"])
+    except (ArgumentError, ArgumentTypeError) as e:
+        raise StrategyError(f"malformed strategy: {e}") from None
+    if graph is not None and not graph.matches(stored):
+        raise StrategyError("the strategy was planned for a different graph (nodes, edges, "
+                            "costs, memory or execution facts differ)")
+    meta = {"method": data.get("method"), "mode": data.get("mode"), "budget": budget}
+    return stored if graph is None else graph, parsed, meta

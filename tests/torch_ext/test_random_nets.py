@@ -84,9 +84,9 @@ def random_nets(draw):
     return specs, heads
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_nets(), st.data())
-def test_random_nets_run_any_strategy_bitwise(net, data):
+def traced(net):
+    """(model, step function, graph, saved state, the plain step's values and peak) of one
+    random network on a fixed batch."""
     specs, heads = net
     torch.manual_seed(0)
     model = RandomNet(specs, heads).train()
@@ -96,6 +96,13 @@ def test_random_nets_run_any_strategy_bitwise(net, data):
     graph = torch_ext.trace(fn, model=model)
     state = save(model)
     plain, plain_peak, _ = step(model, fn, state)
+    return model, fn, graph, state, plain, plain_peak
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_nets(), st.data())
+def test_random_nets_run_any_strategy_bitwise(net, data):
+    model, fn, graph, state, plain, plain_peak = traced(net)
     assert abs(plain_peak - (lowerset.schedule(graph).peak - graph.facts.resident)) <= SCALARS
     cuts = data.draw(st.lists(st.integers(1, max(1, graph.n - 1)), max_size=4), label="cuts")
     for plan in (cut_plan(graph, cuts), default_plan(lowerset.min_peak, graph)):
@@ -110,15 +117,7 @@ def test_random_nets_run_any_strategy_bitwise(net, data):
 def test_random_nets_run_any_drop_set_bitwise(net, data):
     """A drop set no lower-set sequence gives (each unit drawn on its own) runs bitwise, event
     by event, at its schedule's peak: the executor needs no canonical structure."""
-    specs, heads = net
-    torch.manual_seed(0)
-    model = RandomNet(specs, heads).train()
-    gen = torch.Generator().manual_seed(0)
-    x, t = torch.randn(2, 3, 6, 6, generator=gen), torch.randint(0, 3, (2,), generator=gen)
-    fn = lambda: model(x, t)  # noqa: E731
-    graph = torch_ext.trace(fn, model=model)
-    state = save(model)
-    plain, _, _ = step(model, fn, state)
+    model, fn, graph, state, plain, _ = traced(net)
     units = lowerset.drop_units(graph)
     picks = data.draw(st.lists(st.booleans(), min_size=len(units), max_size=len(units)),
                       label="dropped units")
