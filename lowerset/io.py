@@ -13,7 +13,8 @@ import os
 import tempfile
 from collections.abc import Callable
 
-from .dropset import DropSetStrategy
+from .dropset import _FORMAT as DROPSET_FORMAT
+from .dropset import STRATEGY_TYPES, DropSetStrategy
 from .exceptions import ArgumentTypeError, FormatError, GraphError, StrategyError
 from .graph import Graph, _graph_from_dict, _graph_to_dict
 from .strategy import CanonicalStrategy
@@ -285,7 +286,7 @@ def save_strategy(strategy: CanonicalStrategy | DropSetStrategy,
     OSError
         If the file cannot be written.
     """
-    if not isinstance(strategy, (CanonicalStrategy, DropSetStrategy)):
+    if not isinstance(strategy, STRATEGY_TYPES):
         raise ArgumentTypeError(f"strategy must be a CanonicalStrategy or a DropSetStrategy, "
                                 f"got {type(strategy).__name__}")
     path = _check_path(path)
@@ -328,7 +329,7 @@ def load_strategy(path: str | os.PathLike[str],
     """
     path = _check_path(path)
     data = _parse_json(_read_text(path), path)
-    if isinstance(data, dict) and data.get("format") == "lowerset.dropset":
+    if isinstance(data, dict) and data.get("format") == DROPSET_FORMAT:
         return DropSetStrategy.from_dict(data, graph=graph)
     return CanonicalStrategy.from_dict(data, graph=graph)
 
