@@ -41,7 +41,7 @@ from ._validate import check_budget, check_count
 from .dropset import DropSetStrategy, drop_units
 from .exceptions import SearchLimitError
 from .graph import Graph
-from .scheduling import _peak_and_cost, dropped_nodes
+from .scheduling import _known_peak_and_cost, _peak_and_cost, dropped_nodes
 from .strategy import CanonicalStrategy
 
 __all__ = ["search_dropped"]
@@ -85,7 +85,7 @@ def search_dropped(graph: Graph, budget: int, start: CanonicalStrategy | DropSet
     check_count(max_evaluations, "max_evaluations", 1)
     run = _Evaluations(graph, budget, max_evaluations, deadline)
     start_mask = dropped_nodes(start)
-    peak, cost = _peak_and_cost(graph, start_mask)
+    peak, cost = _known_peak_and_cost(graph, start_mask)   # the planner scheduled it
     if peak <= budget:
         run.best, run.best_cost = start_mask, cost
     try:

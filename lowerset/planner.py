@@ -786,12 +786,12 @@ def solve(G: Graph, budget: Number | None = None, mode: str = "time", method: st
 
 def _beyond_canonical(G, budget, best, deadline):
     """`best`, or the plan of the drop-set search from it where that recomputes less."""
-    if _point(best)[0] == 0 or deadline.passed():
-        if deadline.passed():
-            deadline.note_cut("drop-set search")
-        return best
-    _progress.phase("drop-set search")
-    found = search_dropped(G, budget, best, deadline=deadline.left)
+    if _point(best)[0] == 0:
+        return best   # it recomputes nothing: no drop set does better
+    found = None
+    if not deadline.passed():
+        _progress.phase("drop-set search")
+        found = search_dropped(G, budget, best, deadline=deadline.left)
     if deadline.passed():
         deadline.note_cut("drop-set search")
     if found is None:
