@@ -20,9 +20,12 @@ and a backward graph, which recomputes every forward value it needs that was not
    activation checkpointing's and orders the backward graph so that each recomputation runs
    just before its first use.
 
-Random operations (dropout) and operations that write into memory (BatchNorm's running
+Random operations (dropout's draw) and operations that write into memory (BatchNorm's running
 statistics) are pinned: never recomputed, so a step's gradients are those of the compiled step
-without a plan, bit for bit under ``aot_eager``. :func:`backend` wraps the partition function into
+without a plan, bit for bit under ``aot_eager``. Before planning, a float32 or float64 dropout's
+output is rewritten as a deterministic product of its input and its mask
+(:mod:`torch_ext._fx_dropout`), which a plan may drop: the backward graph recomputes it from the
+saved mask, so the randomness is replayed, not redrawn. :func:`backend` wraps the partition function into
 a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
 
 The planner's schedule is that of the joint graph's operations run one at a time, the backward
@@ -57,7 +60,7 @@ import torch
 
 import lowerset
 
-from . import _compat, _fx_liveness, _ops, _step_measure, _workspace
+from . import _compat, _fx_dropout, _fx_liveness, _ops, _step_measure, _workspace
 from ._build import flop_costs
 from ._graph import TARGET_TOTAL_COST
 
@@ -444,6 +447,7 @@ class PlannedPartition:
             The forward and the backward graph.
         """
         kwargs.pop("compiler", None)   # inductor names itself; the default partitioner takes none
+        _fx_dropout.split_dropout(joint)
         graph, members = joint_to_graph(joint, num_fwd_outputs)
         sizes = _workspace.probe(joint) if self.measure_workspace else {}
 

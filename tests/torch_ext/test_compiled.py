@@ -21,18 +21,20 @@ boxed_nop = pytest.importorskip("torch._dynamo.backends.debugging").boxed_nop
 
 
 class Block(nn.Module):
-    def __init__(self, d, p):
+    def __init__(self, d, p, inner=False):
         super().__init__()
         self.ln, self.a, self.b = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.drop = nn.Dropout(p)
+        self.drop, self.inner = nn.Dropout(p), inner
 
     def forward(self, x):
+        if self.inner:   # dropout feeds the product, whose backward reads it
+            return x + self.b(self.drop(F.gelu(self.a(self.ln(x)))))
         return x + self.drop(self.b(F.gelu(self.a(self.ln(x)))))
 
 
-def blocks(p=0.1, n=6, d=64):
+def blocks(p=0.1, n=6, d=64, inner=False):
     torch.manual_seed(0)
-    return nn.Sequential(*[Block(d, p) for _ in range(n)], nn.Linear(d, 1))
+    return nn.Sequential(*[Block(d, p, inner) for _ in range(n)], nn.Linear(d, 1))
 
 
 def cnn():
@@ -129,9 +131,91 @@ def test_random_operations_are_pinned_and_never_recomputed():
     run(model, fn, x)
     (record,) = part.plans
     g = record.graph
-    randoms = [v for v in range(g.n) if "dropout" in g.attrs[g.labels[v]]["op"]]
+    randoms = [v for v in range(g.n)
+               if g.attrs[g.labels[v]]["op"] == "aten.native_dropout.default"]
     assert randoms and all(g.facts.nodes[v].pinned for v in randoms)
     assert not any(g.labels[v] in recomputed_in_backward(graphs) for v in randoms)
+
+
+class _DropDropouts(compiled.PlannedPartition):
+    """PlannedPartition whose plan at any budget drops every dropout's output (the products
+    ``native_dropout_backward(x, mask, scale)`` of torch_ext._fx_dropout) and their inputs (the
+    GELUs, whose backward reads their own input), nothing else."""
+
+    def plan(self, graph, budget=None):
+        facts = graph.facts.nodes
+        op = "aten.native_dropout_backward.default"
+        applies = [v for v in range(graph.n) if graph.attrs[graph.labels[v]]["op"] == op]
+        mask = np.zeros(graph.n, dtype=bool)
+        mask[applies] = True
+        mask[[facts[v].args[0][0] for v in applies]] = True
+        return lowerset.DropSetStrategy(graph, mask)
+
+
+def test_a_dropped_dropout_output_is_recomputed_from_its_kept_mask():
+    """A plan may drop a dropout's output: the backward graph recomputes it from the input and
+    the saved mask, draws nothing again, and the gradients are the eager step's bit for bit;
+    the measured peak is the prediction and lies below the plan's that keeps the outputs."""
+    model, x = blocks(p=0.5, n=3, inner=True), torch.randn(8, 32, 64)
+    eager = run(model, model, x)
+    part = _DropDropouts(1 << 40)
+    fn, graphs = compile_with(model, part)
+    assert same(run(model, fn, x), eager)
+    (record,) = part.plans
+    g, dropped = record.graph, lowerset.scheduling.dropped_nodes(record.plan)
+    assert dropped.sum() == 6   # one product and one GELU per block
+    again = recomputed_in_backward(graphs)
+    assert {g.labels[v] for v in np.flatnonzero(dropped)} <= again
+    assert not any("native_dropout.default" == str(n.target)
+                   for n in graphs["bw"].graph.nodes if n.name in again)
+    saved = {n.name for n in graphs["bw"].graph.nodes if n.op == "placeholder"}
+    masks = [n for n in graphs["fw"].graph.nodes if n.op == "call_function"
+             and str(n.target) == "aten.native_dropout_backward.default"]
+    assert len(masks) == 3 and all(m.args[1].name in saved for m in masks)
+    resident = resident_of(model, x)
+    measured = measured_step(model, lambda t: fn(t).square().mean(), x) + resident
+    torch._dynamo.reset()
+    keep = compiled.PlannedPartition(1 << 40)
+    fn_keep, _ = compile_with(model, keep)
+    kept = measured_step(model, lambda t: fn_keep(t).square().mean(), x) + resident
+    assert keep.plans[-1].plan.schedule.recompute_cost == 0
+    assert abs(measured - record.peak) <= max(16 << 10, 0.01 * measured)
+    assert measured < kept
+
+
+@pytest.mark.parametrize("dtype, split", [(torch.float32, 1), (torch.float64, 1),
+                                          (torch.float16, 0)])
+def test_dropout_is_split_where_the_product_is_bitwise_and_only_there(dtype, split):
+    """split_dropout rewrites a float32 or float64 dropout and leaves half precision (where
+    ``x * mask * scale`` rounds differently from ATen's kernel) as it is; the compiled step's
+    loss and gradients equal those of the same step compiled without the rewrite, bit for
+    bit."""
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, dtype=dtype, requires_grad=True)
+    x = torch.randn(32, 64, dtype=dtype)
+
+    def loss(t):
+        return (F.dropout(t @ w, 0.3) @ w).float().square().mean()
+
+    counts = []
+
+    def rewritten(joint, joint_inputs, **kwargs):
+        counts.append(compiled._fx_dropout.split_dropout(joint))
+        return compiled._APIS["default_partition"](joint, joint_inputs, **kwargs)
+
+    def step(partition):
+        torch._dynamo.reset()
+        fn = torch.compile(loss, backend=capture(partition)[0])
+        torch.manual_seed(1)
+        w.grad = None
+        value = fn(x)
+        value.backward()
+        return value.detach(), w.grad.clone()
+
+    expected = step(compiled._APIS["default_partition"])
+    got = step(rewritten)
+    assert counts == [split]
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
 
 
 def test_batchnorm_buffers_and_gradients_equal_the_eager_step():
