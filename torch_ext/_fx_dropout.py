@@ -10,7 +10,9 @@ mask, scale)``, which computes the same product in the same order (``x.mul(mask)
 as ATen's CPU kernel does), bit for bit in float32 and float64 (checked by the tests). The draw
 stays a pinned node that keeps the mask; the product is an ordinary node a plan may drop, and
 the backward graph then recomputes it from ``x`` and the saved mask: the randomness is replayed,
-not redrawn. Half precision is left as it is: there the two round differently.
+not redrawn. Half precision is left as it is: there the two round differently. Inductor's
+joint graphs hold no ``native_dropout`` (its decompositions draw with its own seeded operations,
+whose mask and product are ordinary nodes already), so the rewrite concerns ``aot_eager``.
 """
 
 from __future__ import annotations
