@@ -177,10 +177,6 @@ SOLVERS = ("dp", "ilp")
 #: Byte budgets of ours, from our least peak to the plain step's.
 N_BUDGETS = 6
 
-#: Our plans at a budget: ``lowerset.solve(..., beyond_canonical=BEYOND_CANONICAL)`` (eager,
-#: compiled, Hugging Face rows); ``--canonical-only`` sets it False.
-BEYOND_CANONICAL = True
-
 #: Largest |measured - predicted| / predicted of ours the targets accept.
 PREDICTION_TOLERANCE = 0.03
 
@@ -461,7 +457,8 @@ class CompiledSettings:
     only (the global configuration stays as it is, so no guard changes).
 
     A setting ``(OURS_COMPILED, B)`` partitions the joint graph by
-    ``torch_ext.compiled.PlannedPartition(B, outside=...)`` instead (None: our least peak);
+    ``torch_ext.compiled.PlannedPartition(B, outside=..., beyond_canonical=...)`` instead
+    (None: our least peak; `beyond_canonical`, default True, is passed on);
     where B is below the compiled graph's least peak it is left out (:attr:`infeasible`).
     `outside` is what the step holds besides the compiled graph: the trace's `resident` bytes
     less the compiled graph's, read off the plan at our least peak, whose setting must come
@@ -488,10 +485,11 @@ class CompiledSettings:
         Setting -> seconds AOTAutograd took.
     """
 
-    def __init__(self, settings, resident=0, compiler="aot_eager"):
+    def __init__(self, settings, resident=0, compiler="aot_eager", beyond_canonical=True):
         self.settings = list(settings)
         self.resident = resident
         self.compiler = compiler
+        self.beyond_canonical = beyond_canonical
         self.outside = 0
         self.current = self.settings[0]
         self.flops = {s: dict.fromkeys(("forward", "backward", "recomputed",
@@ -574,7 +572,7 @@ class CompiledSettings:
         from torch._dynamo.backends.common import aot_autograd
 
         part = torch_ext.compiled.PlannedPartition(s[1], outside=self.outside,
-                                                   beyond_canonical=BEYOND_CANONICAL)
+                                                   beyond_canonical=self.beyond_canonical)
         try:
             with functorch_config.patch(force_non_lazy_backward_lowering=True,
                                         enable_autograd_cache=False):
@@ -785,9 +783,10 @@ def _log(msg, t0=[None]):  # noqa: B006 - a start time shared by the calls
 
 
 def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budgets=N_BUDGETS,
-                  ilp=None, compiler="aot_eager"):
+                  ilp=None, compiler="aot_eager", beyond_canonical=True):
     """Run every method on network `name`, the compiled ones with `compiler` ("aot_eager" or
-    "inductor"); return its result dict (rows, budgets, targets)."""
+    "inductor"); return its result dict (rows, budgets, targets). Our plans at a budget are
+    ``lowerset.solve(..., beyond_canonical=beyond_canonical)``, eager and compiled."""
     ratios = RATIOS[preset] if ratios is None else ratios
     rounds = ROUNDS[preset] if rounds is None else rounds
     ilp = importlib.util.find_spec("scipy") is not None if ilp is None else ilp
@@ -804,7 +803,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     plain_pred = lowerset.schedule(graph).peak
     least_plan = lowerset.min_peak(graph)
     budgets = budgets_between(least_plan.schedule.peak, plain_pred, n_budgets)
-    plans = [lowerset.solve(graph, budget=b, beyond_canonical=BEYOND_CANONICAL)
+    plans = [lowerset.solve(graph, budget=b, beyond_canonical=beyond_canonical)
              for b in budgets]
     _log(f"{name}: {len(graph.labels)} nodes, plain predicted {plain_pred / 1e6:.1f} MB, "
          f"least {least_plan.schedule.peak / 1e6:.1f} MB")
@@ -828,7 +827,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
     if not ilp:
         not_applicable["compile_ilp"] = "scipy is not installed (the ILP solver needs it)"
     ours_compiled = [(OURS_COMPILED, b) for b in [None] + budgets]
-    switch = CompiledSettings(settings + ours_compiled, resident, compiler)
+    switch = CompiledSettings(settings + ours_compiled, resident, compiler, beyond_canonical)
     compiled = torch.compile(functools.partial(case.net.loss, case.model),
                              backend=switch.backend)
     case.reset()
@@ -994,15 +993,15 @@ def _hf_checkpointing(model, on):
         model.activation_checkpointing_disable()
 
 
-def bench_hf_model(name, attention, size, rounds):
+def bench_hf_model(name, attention, size, rounds, beyond_canonical=True):
     """One row of the Hugging Face table: model `name` of ``examples/hf_models.py`` with
     `attention` ("eager" or "sdpa") at `size`, traced with its own loss. Measured: the plain
     step; ``activation_checkpointing_enable()`` (non-reentrant); our least peak
     (``lowerset.min_peak``) and our plan at the peak HF's checkpointing measures
-    (``lowerset.solve``; None where infeasible). Peaks are whole-step bytes (the resident
-    parameters and batch added); recomputed FLOPs are the step's :class:`FlopCount` minus the
-    plain step's, by both rules; times are over the plain step's, median of `rounds` rotated
-    rounds."""
+    (``lowerset.solve`` with `beyond_canonical`; None where infeasible). Peaks are whole-step
+    bytes (the resident parameters and batch added); recomputed FLOPs are the step's
+    :class:`FlopCount` minus the plain step's, by both rules; times are over the plain
+    step's, median of `rounds` rotated rounds."""
     model, step = _hf_models().build(name, attention, size)
     graph = torch_ext.trace(step, model=model)
     resident = int(graph.facts.resident)
@@ -1013,7 +1012,7 @@ def bench_hf_model(name, attention, size, rounds):
     plans = {"least": lowerset.min_peak(graph)}
     try:
         plans["at_hf"] = lowerset.solve(graph, hf["peak"] + resident,
-                                        beyond_canonical=BEYOND_CANONICAL)
+                                        beyond_canonical=beyond_canonical)
     except lowerset.InfeasibleBudgetError:
         plans["at_hf"] = None
     row = {"model": name, "attention": attention, "nodes": graph.n, "resident": resident}
@@ -1573,8 +1572,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.render:
         return render(args.render, args.plot)
-    global BEYOND_CANONICAL
-    BEYOND_CANONICAL = not args.canonical_only
+    beyond_canonical = not args.canonical_only
     device = torch.device(args.device or ("cuda" if args.preset == "gpu" else "cpu"))
     hf_names = None if args.hf is None else (args.hf or list(_hf_models().MODELS))
     if hf_names and device.type != "cpu":
@@ -1589,14 +1587,15 @@ def main(argv=None):
     out = pathlib.Path(args.out) / f"bench_torch_{args.preset}"
     picture = args.plot or out.with_suffix(".png")
     info = machine_info(device)
-    info["beyond_canonical"] = BEYOND_CANONICAL
+    info["beyond_canonical"] = beyond_canonical
     if device.type == "cpu":
         # steadier step times (freed blocks reused, not re-faulted); no memory figure changes
         info["allocator"] = _machine.reuse_freed_memory()
     _log(machine_line(info))
     start = time.perf_counter()
     results = [bench_network(name, args.preset, device, ratios=args.ratios,
-                             rounds=args.rounds, compiler=args.compiler)
+                             rounds=args.rounds, compiler=args.compiler,
+                             beyond_canonical=beyond_canonical)
                for name in args.models]
     data = {"machine": info, "preset": args.preset, "results": results}
     if hf_names:
@@ -1605,7 +1604,7 @@ def main(argv=None):
         for name in hf_names:
             for attention in _hf_models().ATTENTIONS:
                 _log(f"Hugging Face {name} ({attention}), size {size}")
-                rows.append(bench_hf_model(name, attention, size, rounds))
+                rows.append(bench_hf_model(name, attention, size, rounds, beyond_canonical))
         data["hf"] = {"size": size, "rounds": rounds, "rows": rows}
     info["seconds"] = time.perf_counter() - start
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,8 @@ statistics) are pinned: never recomputed, so a step's gradients are those of the
 without a plan, bit for bit under ``aot_eager``. Before planning, a float32 or float64 dropout's
 output is rewritten as a deterministic product of its input and its mask
 (:mod:`torch_ext._fx_dropout`), which a plan may drop: the backward graph recomputes it from the
-saved mask, so the randomness is replayed, not redrawn. :func:`backend` wraps the partition function into
-a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
+saved mask, so the randomness is replayed, not redrawn. :func:`backend` wraps the partition
+function into a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
 
 The planner's schedule is that of the joint graph's operations run one at a time, the backward
 in the reverse order of the forward, each node's backward reading what the joint graph's
