@@ -3,16 +3,17 @@
 In a joint graph, ``aten.native_dropout(x, p, train)`` draws a mask and returns ``x * mask *
 scale`` with it (``scale = 1 / (1 - p)``). Recomputing the operation draws a new mask, so
 :class:`torch_ext.compiled.PlannedPartition` never recomputes it (random operations are
-pinned), and its output (four times the mask's bytes in float32) stays until the backward.
-:func:`split_dropout` rewrites the forward part so that the output is a deterministic function
-of the kept mask: the dropout's output item is replaced by ``aten.native_dropout_backward(x,
-mask, scale)``, which computes the same product in the same order (``x.mul(mask).mul(scale)``,
-as ATen's CPU kernel does), bit for bit in float32 and float64 (checked by the tests). The draw
-stays a pinned node that keeps the mask; the product is an ordinary node a plan may drop, and
-the backward graph then recomputes it from ``x`` and the saved mask: the randomness is replayed,
-not redrawn. Half precision is left as it is: there the two round differently. Inductor's
-joint graphs hold no ``native_dropout`` (its decompositions draw with its own seeded operations,
-whose mask and product are ordinary nodes already), so the rewrite concerns ``aot_eager``.
+pinned), and an output the backward reads (four times the mask's bytes in float32) stays until
+then. :func:`split_dropout` rewrites the forward part so that the output is a deterministic
+function of the kept mask: the dropout's output item is replaced by
+``aten.native_dropout_backward(x, mask, scale)``, the same product. Multiplying by a 0/1 mask
+is exact, so both round ``x * scale`` once, in float32 and float64 (bit for bit on the CPU,
+checked by the tests; not checked on a GPU). The draw stays a pinned node that keeps the mask;
+the product is an ordinary node a plan may drop, and the backward graph then recomputes it from
+``x`` and the saved mask: the randomness is replayed, not redrawn. Half precision is left as it
+is: there the two round differently. Inductor's joint graphs hold no ``native_dropout`` (its
+decompositions draw with its own seeded operations, whose mask and product are ordinary nodes
+already), so the rewrite concerns ``aot_eager``.
 """
 
 from __future__ import annotations

@@ -169,9 +169,9 @@ def test_a_dropped_dropout_output_is_recomputed_from_its_kept_mask():
     assert not any("native_dropout.default" == str(n.target)
                    for n in graphs["bw"].graph.nodes if n.name in again)
     saved = {n.name for n in graphs["bw"].graph.nodes if n.op == "placeholder"}
-    masks = [n for n in graphs["fw"].graph.nodes if n.op == "call_function"
-             and str(n.target) == "aten.native_dropout_backward.default"]
-    assert len(masks) == 3 and all(m.args[1].name in saved for m in masks)
+    products = [n for n in graphs["fw"].graph.nodes if n.op == "call_function"
+                and str(n.target) == "aten.native_dropout_backward.default"]
+    assert len(products) == 3 and all(p.args[1].name in saved for p in products)   # masks
     resident = resident_of(model, x)
     measured = measured_step(model, lambda t: fn(t).square().mean(), x) + resident
     torch._dynamo.reset()
