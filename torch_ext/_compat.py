@@ -124,6 +124,9 @@ COMPILE_APIS = {
     "unset_fake_mode": ("torch._subclasses.fake_tensor.unset_fake_temporarily",
                         "the workspace probe runs real operations inside a partition function, "
                         "where AOTAutograd's FakeTensorMode is active"),
+    "decide_layout_opt": ("torch._inductor.graph.GraphLowering.decide_layout_opt",
+                          "whether Inductor's layout optimization will copy a compiled "
+                          "graph's convolution inputs to channels-last (the prediction)"),
 }
 
 #: Attributes ``torch.compile`` sets on what it returns: plain name here -> (the attribute,

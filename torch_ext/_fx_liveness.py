@@ -11,7 +11,9 @@ runs; the backward graph releases each saved tensor after its last use there. Ea
 adds its outputs' bytes and, for the moment of its call, its workspace: what the kernel
 allocates and frees inside the call, which no graph names (measured by
 :mod:`torch_ext._workspace`). Under ``inductor`` fused kernels allocate fewer intermediate
-tensors than the graphs name, so the figure is an upper bound there.
+tensors than the graphs name, while its layout optimization adds channels-last copies of
+convolutions' inputs (the `copies` of :func:`step_peak`, :mod:`torch_ext._inductor_layout`);
+with those, the figure is an upper bound there.
 
 :func:`step_peak` is what :class:`torch_ext.compiled.PlannedPartition` holds each plan's
 partitioned graphs to.
@@ -20,7 +22,7 @@ partitioned graphs to.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -124,7 +126,8 @@ def _call(n: torch.fx.Node, keys: dict, memory: _Memory) -> list[Any]:
 
 
 def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
-              workspace: Callable[[torch.fx.Node], int] = lambda node: 0) -> tuple[int, int]:
+              workspace: Callable[[torch.fx.Node], int] = lambda node: 0,
+              copies: Mapping[str, int] | None = None) -> tuple[int, int]:
     """Bytes a compiled step holds at its highest point: the forward graph, then the backward.
 
     Parameters
@@ -138,6 +141,11 @@ def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
     workspace : callable
         ``workspace(node) -> bytes`` an FX call holds above its outputs at its highest point
         (:func:`torch_ext._workspace.probe`); none by default.
+    copies : mapping, optional
+        Forward placeholder name -> bytes of a copy the compiled code makes of it at the
+        forward graph's start and uses in its place, saving the copy where the backward reads
+        it (Inductor's channels-last copies, :func:`torch_ext._inductor_layout.layout_copies`);
+        none by default.
 
     Returns
     -------
@@ -148,7 +156,12 @@ def step_peak(fw: torch.fx.GraphModule, bw: torch.fx.GraphModule, resident: int,
     memory = _Memory(resident)
     fw_keys = {}
     for n in fw.graph.nodes:
-        if n.op == "placeholder":
+        if n.op != "placeholder":
+            continue
+        if copies and n.name in copies:   # dies at its last use, in the forward or backward
+            fw_keys[n.name] = ("copy", n.name)
+            memory.allocate(fw_keys[n.name], copies[n.name])
+        else:
             fw_keys[n.name] = ("input", n.name)
             memory.held.add(fw_keys[n.name])
     saved = _run(fw, memory, fw_keys, workspace)

@@ -46,14 +46,16 @@ def op_key(node: torch.fx.Node) -> tuple:
     return (str(node.target), _meta(node.args), _meta(tuple(sorted(node.kwargs.items()))))
 
 
-def _materialize(x: Any, device: torch.device) -> Any:
+def _materialize(x: Any, device: torch.device, channels_last: bool = False) -> Any:
     if isinstance(x, torch.fx.Node):
-        return _materialize(x.meta.get("val"), device)
+        return _materialize(x.meta.get("val"), device, channels_last)
     if isinstance(x, torch.Tensor):
         t = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device=device)
+        if channels_last and t.dim() == 4:
+            t = t.contiguous(memory_format=torch.channels_last)
         return t.normal_() if t.is_floating_point() else t.zero_()
     if isinstance(x, (list, tuple)):
-        return type(x)(_materialize(v, device) for v in x)
+        return type(x)(_materialize(v, device, channels_last) for v in x)
     return x
 
 
@@ -73,13 +75,17 @@ def _device(gm: torch.fx.GraphModule) -> torch.device | None:
     return None
 
 
-def probe(gm: torch.fx.GraphModule) -> dict[tuple, int]:
+def probe(gm: torch.fx.GraphModule, channels_last: tuple = ()) -> dict[tuple, int]:
     """Workspace bytes per :func:`op_key` of the operations of `gm` (a joint graph).
 
     Parameters
     ----------
     gm : torch.fx.GraphModule
         A graph whose nodes carry fake tensors in ``meta["val"]`` with concrete sizes.
+    channels_last : tuple of OpOverload
+        Operations run with their 4-dimensional tensor arguments in channels-last memory
+        format, as the compiled code runs them (Inductor's layout optimization:
+        :data:`torch_ext._inductor_layout.CONVOLUTIONS`); none by default.
 
     Returns
     -------
@@ -104,9 +110,10 @@ def probe(gm: torch.fx.GraphModule) -> dict[tuple, int]:
     with compile_apis()["unset_fake_mode"](), torch.random.fork_rng(devices=devices), \
             torch.no_grad(), MemoryMeter(device) as meter:
         for i, (key, n) in enumerate(todo.items()):
+            cl = n.target in channels_last
             try:
-                args = _materialize(n.args, device)
-                kwargs = _materialize(dict(n.kwargs), device)
+                args = _materialize(n.args, device, cl)
+                kwargs = _materialize(dict(n.kwargs), device, cl)
             except (RuntimeError, TypeError, ValueError):
                 continue
             try:

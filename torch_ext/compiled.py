@@ -30,20 +30,22 @@ function into a ``torch.compile`` backend for ``aot_eager`` or ``inductor``.
 
 The planner's schedule is that of the joint graph's operations run one at a time, the backward
 in the reverse order of the forward, each node's backward reading what the joint graph's
-backward part reads of its arguments and outputs. PyTorch's partitioner orders the backward
+backward part reads of its arguments and outputs, each operation with the workspace measured
+by running it once (:mod:`torch_ext._workspace`). PyTorch's partitioner orders the backward
 graph, and the moments its gradients are made and freed, its own way, so the plan is held to
 its budget by the graphs it yields instead: the liveness analysis of the partitioned forward
-and backward graphs as ``aot_eager``'s code runs them (:mod:`torch_ext._fx_liveness`), each
-operation with the workspace measured by running it once (:mod:`torch_ext._workspace`).
-:class:`PlannedPartition` searches the planner's budget for the plan whose graphs fit, and
-:attr:`CompiledPlan.peak` is the step's predicted peak under ``aot_eager``. Inductor's code
-differs from those graphs: its fused kernels allocate fewer intermediate tensors (measured
-below the prediction on the CPU's transformer and MLP), while its layout optimization copies
-convolutions' weights and inputs to channels-last after the partition and saves the copies
-for the backward (measured 5-24% above the prediction on the CPU's ResNet-50 and U-Net).
-Under Inductor, :func:`backend` therefore holds a budget by the compiled step itself
-(:func:`fit_measured`): it runs each compiled graph's step on copies of its inputs, measures
-its peak and compiles again at a planner budget moved by the difference.
+and backward graphs as ``aot_eager``'s code runs them (:mod:`torch_ext._fx_liveness`), with
+the same workspace. :class:`PlannedPartition` searches the planner's budget for the plan whose
+graphs fit, and :attr:`CompiledPlan.peak` is the step's predicted peak. Under Inductor (the
+partition is told so by Inductor's call) the graph and the liveness analysis also hold what
+its layout optimization adds (:mod:`torch_ext._inductor_layout`): the channels-last copies of
+convolutions' weights and inputs, made at the forward's start and saved for the backward, and
+the workspace of channels-last convolutions. Inductor's fused kernels allocate fewer
+intermediate tensors than the graphs name, so there the prediction lies above the measured
+step (by 2-3% on the CPU's ResNet-50). :func:`backend` under Inductor therefore holds a budget
+by the compiled step itself (:func:`fit_measured`): it runs each compiled graph's step on
+copies of its inputs, measures its peak and compiles again at a planner budget moved by the
+difference.
 
 References
 ----------
@@ -60,7 +62,7 @@ import torch
 
 import lowerset
 
-from . import _compat, _fx_dropout, _fx_liveness, _ops, _step_measure, _workspace
+from . import _compat, _fx_dropout, _fx_liveness, _inductor_layout, _ops, _step_measure, _workspace
 from ._build import flop_costs
 from ._graph import TARGET_TOTAL_COST
 
@@ -122,11 +124,20 @@ class _Group:
     """One node of the lowerset graph: an FX operation that owns its memory, with the FX nodes
     (items, views) that share it."""
 
-    __slots__ = ("owner", "members", "out_bytes", "args", "random", "mutates")
+    __slots__ = ("owner", "members", "out_bytes", "args", "random", "mutates", "copy")
 
     def __init__(self, owner, out_bytes):
         self.owner, self.members, self.out_bytes = owner, [owner], out_bytes
         self.args, self.random, self.mutates = [], False, False
+        self.copy = False   # a layout copy of placeholder `owner` the compiled code makes
+
+
+def _copy_group(placeholder, nbytes, external):
+    """The node of a layout copy of `placeholder` (external `external`): no FX node of its
+    own, never recomputed (the compiled code makes it, not the partition)."""
+    grp = _Group(placeholder, [nbytes])
+    grp.members, grp.args, grp.copy = [], [external], True
+    return grp
 
 
 def _is_view(node):
@@ -146,6 +157,14 @@ def _bytes(val):
             "needs sizes in bytes; compile with dynamic=False (each new shape is then "
             "compiled, and planned, anew)")
     return numel * val.element_size()
+
+
+def _require_sizes(joint):
+    """Raise :func:`_bytes`'s error where a tensor of `joint` has a symbolic shape."""
+    for n in joint.graph.nodes:
+        val = n.meta.get("val")
+        for v in val if isinstance(val, (tuple, list)) else [val]:
+            _bytes(v)
 
 
 def _flops(node):
@@ -172,9 +191,11 @@ def _forward_nodes(joint):
     return nodes
 
 
-def _groups(joint):
+def _groups(joint, copies):
     """(groups in forward order, FX node -> (group index, output k) or ("e", external index),
-    externals as FX placeholders)."""
+    externals as FX placeholders, placeholder -> its copy's (group index, 0)). The layout
+    copies of `copies` (placeholder name -> bytes) come first, as the compiled code makes them
+    at the forward's start; convolutions read them in place of their placeholders."""
     where: dict[Any, Any] = {}
     externals: list[torch.fx.Node] = []
     for n in joint.graph.nodes:
@@ -182,7 +203,8 @@ def _groups(joint):
                 and isinstance(n.meta.get("val"), torch.Tensor):
             where[n] = ("e", len(externals))
             externals.append(n)
-    groups: list[_Group] = []
+    groups = [_copy_group(p, copies[p.name], where[p]) for p in externals if p.name in copies]
+    copied = {grp.owner: (g, 0) for g, grp in enumerate(groups)}
     for n in _forward_nodes(joint):
         val = n.meta.get("val")
         src = n.args[0] if n.args and isinstance(n.args[0], torch.fx.Node) else None
@@ -200,14 +222,15 @@ def _groups(joint):
                 and any(isinstance(v, torch.Tensor) for v in val)):
             outs = list(val) if isinstance(val, (tuple, list)) else [val]
             g = _Group(n, [_bytes(v) for v in outs])
-            g.args = [where[a] for a in n.all_input_nodes if a in where]
+            g.args = [copied[a] if a in copied and n.target in _inductor_layout.CONVOLUTIONS
+                      else where[a] for a in n.all_input_nodes if a in where]
             tags = getattr(n.target, "tags", ())
             g.random = torch.Tag.nondeterministic_seeded in tags
             schema = _compat.op_schema(n.target)
             g.mutates = bool(schema is not None and schema.is_mutable)
             where[n] = (len(groups), 0)
             groups.append(g)
-    return groups, where, externals
+    return groups, where, externals, copied
 
 
 def _owns_items(src, where, groups):
@@ -218,13 +241,51 @@ def _owns_items(src, where, groups):
             and isinstance(src.meta.get("val"), (tuple, list)))
 
 
-def _backward_reads(joint, where):
-    """The (group, k) and ("e", i) values some backward operation of the joint graph reads."""
+def _backward_reads(joint, where, copied):
+    """The (group, k) and ("e", i) values some backward operation of the joint graph reads (a
+    copied placeholder's copy, which the forward saves in its place)."""
     read: set[tuple[Any, Any]] = set()
     for n in joint.graph.nodes:
         if n.meta.get("partitioner_tag") == "is_backward" and n.op == "call_function":
-            read.update(where[a] for a in n.all_input_nodes if a in where)
+            read.update(copied.get(a, where[a]) for a in n.all_input_nodes if a in where)
     return read
+
+
+def _backward_calls(joint):
+    """Per autograd sequence number (``meta["seq_nr"]``, shared by a forward operation and the
+    backward operations AOTAutograd traced from its derivative): those backward calls."""
+    calls: dict[int, list[torch.fx.Node]] = {}
+    for n in joint.graph.nodes:
+        if n.meta.get("partitioner_tag") == "is_backward" and n.op == "call_function" \
+                and n.meta.get("seq_nr") is not None:
+            calls.setdefault(n.meta["seq_nr"], []).append(n)
+    return calls
+
+
+def _peaks(groups, joint, workspace):
+    """Per group: (forward_peak, backward_peak) of :class:`lowerset.NodeFacts` from measured
+    workspace, (0, 0) where none was measured. The forward: the outputs and the call's
+    workspace. The backward: the outputs of the backward calls of the group's sequence number
+    (its first group takes them): the highest of a call's outputs and its workspace, among
+    those with a workspace."""
+    calls = _backward_calls(joint)
+    taken: set[Any] = set()
+    peaks = []
+    for grp in groups:
+        work = 0 if grp.copy else workspace(grp.owner)
+        forward = sum(grp.out_bytes) + work if work else 0
+        seq = None if grp.copy else grp.owner.meta.get("seq_nr")
+        mine = calls.get(seq, []) if seq not in taken else []
+        taken.add(seq)
+        backward = max((_made(n) + workspace(n) for n in mine if workspace(n)), default=0)
+        peaks.append((forward, backward))
+    return peaks
+
+
+def _made(node):
+    """Bytes of the tensors FX call `node` returns."""
+    val = node.meta.get("val")
+    return sum(_bytes(v) for v in (val if isinstance(val, (tuple, list)) else [val]))
 
 
 def _joint_outputs(joint):
@@ -258,20 +319,26 @@ def _last_forward_use(groups):
     return last
 
 
-def _node_facts(g, grp, read, returned, last, gets_grad):
+def _node_facts(g, grp, read, returned, last, gets_grad, peaks):
     args = tuple((~a[1], 0) if a[0] == "e" else a for a in grp.args)
     kept = [(g, k) in read or (g, k) in returned for k in range(len(grp.out_bytes))]
     return lowerset.NodeFacts(
         outputs=tuple(grp.out_bytes), args=args,
         reads_args=tuple(p for p, a in enumerate(grp.args) if a in read),
-        reads_outputs=tuple(k for k, r in enumerate(kept) if r),
+        # a copy's readers are the convolutions (their reads_args), not its own backward,
+        # which runs last: it is first in the forward order
+        reads_outputs=() if grp.copy else tuple(k for k, r in enumerate(kept) if r),
         grad_args=tuple(gets_grad(a) for a in grp.args),
-        output_views=(-1,) * len(grp.out_bytes), grad_views=(-1,) * len(args),
-        pinned=grp.random or grp.mutates,
+        # a copy passes its gradient on as it is
+        output_views=(-1,) * len(grp.out_bytes),
+        grad_views=(0,) if grp.copy else (-1,) * len(args),
+        forward_peak=peaks[0], backward_peak=peaks[1],
+        pinned=grp.random or grp.mutates or grp.copy,
         plain_free_after=tuple(-1 if r else last[(g, k)] for k, r in enumerate(kept)))
 
 
-def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
+def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
+                   workspace: Any = None, copies: Any = None
                    ) -> tuple[lowerset.Graph, list[list[torch.fx.Node]]]:
     """The forward part of an AOTAutograd joint graph as a :class:`lowerset.Graph` with facts.
 
@@ -281,6 +348,18 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         The joint forward and backward graph a partition function receives.
     num_fwd_outputs : int
         How many of its outputs the forward graph returns.
+    workspace : callable, optional
+        ``workspace(fx_node) -> bytes`` an operation's call holds above its outputs
+        (:func:`torch_ext._workspace.probe`): with it, a node's ``forward_peak`` is its outputs
+        and its call's workspace, its ``backward_peak`` the outputs of the backward calls of
+        its autograd sequence number (``meta["seq_nr"]``) and their largest workspace, where
+        one was measured. None: no workspace.
+    copies : mapping, optional
+        Placeholder name -> bytes of a copy the compiled code makes of it at the forward's
+        start for the convolutions that read it, saving the copy for their backward
+        (Inductor's layout optimization, :func:`torch_ext._inductor_layout.layout_copies`):
+        each is a pinned node of its own, first in the forward order, labelled
+        ``"<name>.channels_last"``, read by those convolutions and their backward.
 
     Returns
     -------
@@ -290,7 +369,8 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         A placeholder the joint graph returns a gradient for is an external of kind "param"
         (resident, its gradient made in the step), any other an "input".
     members : list of list of torch.fx.Node
-        Per node id, the FX nodes it stands for (the operation, its items and views).
+        Per node id, the FX nodes it stands for (the operation, its items and views; none for
+        a copy).
 
     Raises
     ------
@@ -298,11 +378,11 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         If the joint graph has no forward operation with a tensor output, its nodes carry no
         ``partitioner_tag``, or a tensor has a symbolic shape (``dynamic=True``).
     """
-    groups, where, externals = _groups(joint)
-    if not groups:
+    groups, where, externals, copied = _groups(joint, copies or {})
+    if len(groups) == len(copied):
         raise lowerset.ArgumentError("the joint graph has no forward operation with a tensor "
                                      "output: nothing to plan")
-    read = _backward_reads(joint, where)
+    read = _backward_reads(joint, where, copied)
     outputs = _joint_outputs(joint)
     returned = _returned(outputs, where, num_fwd_outputs)
     last = _last_forward_use(groups)
@@ -316,7 +396,8 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         return torch.is_floating_point(_output_val(groups[a[0]], a[1]))
 
     kept = set(returned)
-    facts_nodes = [_node_facts(g, grp, read, kept, last, gets_grad)
+    peaks = _peaks(groups, joint, workspace or (lambda node: 0))
+    facts_nodes = [_node_facts(g, grp, read, kept, last, gets_grad, peaks[g])
                    for g, grp in enumerate(groups)]
     seeds = tuple(v for v in returned
                   if torch.is_floating_point(_output_val(groups[v[0]], v[1])))
@@ -324,13 +405,17 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int
         nodes=tuple(facts_nodes), forward_order=tuple(range(len(groups))),
         backward_order=tuple(range(len(groups) - 1, -1, -1)), externals=kinds,
         returned=tuple(returned), seeds=seeds or tuple(returned[-1:]), grad_sum="inplace")
-    labels = [grp.owner.name for grp in groups]
-    cost, _ = flop_costs({v: _flops(grp.owner) for v, grp in zip(labels, groups)},
-                         TARGET_TOTAL_COST)
+    labels = [grp.owner.name + ".channels_last" if grp.copy else grp.owner.name
+              for grp in groups]
+    # a copy: one per element, as the trace's rule for an operation without a formula
+    cost, _ = flop_costs({v: grp.out_bytes[0] // grp.owner.meta["val"].element_size()
+                          if grp.copy else _flops(grp.owner)
+                          for v, grp in zip(labels, groups)}, TARGET_TOTAL_COST)
     edges = sorted({(labels[a[0]], labels[v]) for v, grp in enumerate(groups)
                     for a in grp.args if a[0] != "e"})
     memory = {v: sum(grp.out_bytes) for v, grp in zip(labels, groups)}
-    attrs = {v: {"op": str(grp.owner.target)} for v, grp in zip(labels, groups)}
+    attrs = {v: {"op": "channels_last copy" if grp.copy else str(grp.owner.target)}
+             for v, grp in zip(labels, groups)}
     graph = lowerset.Graph(labels, edges, cost, memory, attrs, facts=facts)
     return graph, [grp.members for grp in groups]
 
@@ -446,20 +531,28 @@ class PlannedPartition:
         (torch.fx.GraphModule, torch.fx.GraphModule)
             The forward and the backward graph.
         """
-        kwargs.pop("compiler", None)   # inductor names itself; the default partitioner takes none
+        # inductor names itself; the default partitioner takes no compiler
+        layout = (kwargs.pop("compiler", None) == "inductor"
+                  and _inductor_layout.layout_optimized(joint))
         _fx_dropout.split_dropout(joint)
-        graph, members = joint_to_graph(joint, num_fwd_outputs)
-        sizes = _workspace.probe(joint) if self.measure_workspace else {}
+        _require_sizes(joint)
+        convs = _inductor_layout.CONVOLUTIONS if layout else ()
+        sizes = _workspace.probe(joint, channels_last=convs) if self.measure_workspace else {}
 
         def workspace(node):
             return sizes.get(_workspace.op_key(node), 0) if sizes else 0
+
+        graph, members = joint_to_graph(
+            joint, num_fwd_outputs, workspace=workspace,
+            copies=_inductor_layout.layout_copies(joint) if layout else None)
 
         def partition(plan):
             recomputed = _tag(plan, members)
             fw, bw = _APIS["default_partition"](joint, joint_inputs,
                                                 num_fwd_outputs=num_fwd_outputs, **kwargs)
+            copies = _inductor_layout.layout_copies(fw) if layout else None
             peak = max(_fx_liveness.step_peak(fw, bw, plan.schedule.resident,
-                                              workspace=workspace))
+                                              workspace=workspace, copies=copies))
             return CompiledPlan(graph, plan, recomputed, peak), (fw, bw)
 
         if self.budget is None:
@@ -479,7 +572,9 @@ class PlannedPartition:
         The planner's schedule follows the joint graph's forward part, each node's backward
         after the next one's; the partitioner's backward graph orders gradients and their
         frees its own way. Each round plans at a budget moved by what the last partition's
-        liveness peak missed or left over (:func:`_next_budget`) and partitions again; a
+        liveness peak missed or left over (:func:`_next_budget`) and partitions again (a first
+        budget below the planner's least peak moves up to it: the planner's schedule, whose
+        values live to their node's own backward, may hold more than the graphs); a
         fitting partition within :data:`FIT_SLACK` of the budget, or one that recomputes
         nothing, ends the search. The plans of least peak (:meth:`_least_plans`) that
         recompute less than the best fitting one are tried last, so that no budget recomputes
@@ -492,10 +587,13 @@ class PlannedPartition:
         for _ in range(FIT_ROUNDS):
             try:
                 plan = self.plan(graph, asked)
-            except lowerset.InfeasibleBudgetError:
-                if not tried:
-                    raise
+            except lowerset.InfeasibleBudgetError as no_plan:
                 bounds["floor"] = asked   # below the planner's least peak
+                if not tried:   # its schedule may hold more than the graphs: partition that
+                    if no_plan.min_budget is None:
+                        break
+                    asked = no_plan.min_budget
+                    continue
             else:
                 compiled_plan, graphs = partition(plan)
                 tried.append((asked, compiled_plan.peak))

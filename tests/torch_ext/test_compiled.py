@@ -365,6 +365,66 @@ def test_liveness_of_graphs_by_hand():
     assert with_workspace == backward_peak + 10_000
 
 
+def test_liveness_holds_a_copy_of_a_saved_input_until_its_last_use_by_hand():
+    """Inductor's layout copies: the forward graph's input x is copied at the forward's start
+    and the copy is used and saved in its place. A forward relu -> sum saving x; a backward
+    reading x and the gradient of the sum. Each value 4 * 64 bytes; the copy adds one value to
+    the forward's peak and to the backward's until x's last use there, nothing elsewhere."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_ext import _fx_liveness
+
+    def forward(x):
+        a = torch.ops.aten.relu.default(x)
+        return torch.ops.aten.sum.default(a), x
+
+    def backward(x, tangents_1):
+        g = torch.ops.aten.expand.default(tangents_1, [64])
+        h = torch.ops.aten.mul.Tensor(g, 2.0)
+        return torch.ops.aten.threshold_backward.default(h, x, 0)
+
+    fw = make_fx(forward, tracing_mode="fake")(torch.randn(64))
+    (x,) = [n.name for n in fw.graph.nodes if n.op == "placeholder"]
+    bw = make_fx(backward, tracing_mode="fake")(torch.randn(64), torch.randn(()))
+    ph = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    ph[0].name, ph[1].name = x, "tangents_1"
+    bw.recompile()
+    value, resident = 64 * 4, 1000 + 64 * 4
+    # forward: relu's output while the sum is made; backward: the sum (returned), h and
+    # threshold_backward's output (the gradient of the sum dies with its view g at mul)
+    assert _fx_liveness.step_peak(fw, bw, resident) == (resident + value + 4,
+                                                        resident + 4 + 2 * value)
+    forward_peak, backward_peak = _fx_liveness.step_peak(fw, bw, resident,
+                                                         copies={x: value})
+    assert forward_peak == resident + 2 * value + 4
+    assert backward_peak == resident + value + 4 + 2 * value
+
+
+def test_layout_copies_are_the_convolution_inputs_not_channels_last_already():
+    """An image and a 3x3 weight in the contiguous format are copied (their bytes); a 1x1
+    weight (channels-last as it is) and a channels-last input are not; neither is a
+    placeholder no convolution reads."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_ext import _inductor_layout
+
+    def f(x, w3, w1, y, z):
+        conv = torch.ops.aten.convolution.default
+        a = conv(x, w3, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        b = conv(a, w1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        c = conv(y, w1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+        return b + c + z
+
+    cl = torch.channels_last
+    args = (torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3), torch.randn(4, 4, 1, 1),
+            torch.randn(2, 4, 8, 8).to(memory_format=cl), torch.randn(2, 4, 8, 8))
+    fw = make_fx(f, tracing_mode="fake")(*args)
+    names = [n.name for n in fw.graph.nodes if n.op == "placeholder"]
+    assert _inductor_layout.layout_copies(fw) == {names[0]: 2 * 3 * 8 * 8 * 4,
+                                                 names[1]: 4 * 3 * 3 * 3 * 4}
+    assert _inductor_layout.layout_optimized(fw)   # convolutions on the CPU: always
+
+
 def test_probing_the_workspace_draws_no_random_number():
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -474,8 +534,7 @@ def test_a_deep_batchnorm_network_is_planned_over_the_contracted_family():
     recomputes no more than the plan by hand.
 
     Without a budget the partition keeps, of the plans of least schedule peak on both
-    families' fronts, the one whose partitioned graphs peak lowest: here not the plan of
-    least schedule peak (205.53 MB partitioned, against 205.29)."""
+    families' fronts, the one whose partitioned graphs peak lowest."""
     from examples import torch_models
 
     torch.manual_seed(0)
@@ -502,10 +561,6 @@ def test_a_deep_batchnorm_network_is_planned_over_the_contracted_family():
 
     assert chosen.peak == min(peak for _, peak in part.seen)
     assert {p.method for p, _ in part.seen} >= {"approx"}
-    least = lowerset.scheduling.dropped_nodes(lowerset.min_peak(g, progress=False))
-    (least_peak,) = [peak for p, peak in part.seen
-                     if np.array_equal(lowerset.scheduling.dropped_nodes(p), least)]
-    assert chosen.peak < least_peak
 
 
 def test_inductor_backend_plans_and_matches_the_compiled_step():
@@ -563,8 +618,8 @@ def test_the_step_measured_in_the_backend_is_the_callers_and_changes_nothing():
 
 def weighty_cnn():
     """Convolutions whose weights outweigh their activations: Inductor's layout optimization
-    (always on for the CPU's convolutions) copies every weight to channels-last at the
-    forward's start and saves the copies, which the partitioned graphs do not hold."""
+    (always on for the CPU's convolutions) copies every 3x3 weight and the image to
+    channels-last at the forward's start and saves the copies for the backward."""
     torch.manual_seed(0)
     layers = [nn.Conv2d(3, 48, 3, padding=1), nn.ReLU()]
     for _ in range(5):
@@ -572,27 +627,46 @@ def weighty_cnn():
     return nn.Sequential(*layers, nn.Flatten(), nn.Linear(48 * 12 * 12, 1))
 
 
-def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses():
-    """Planted fault: under Inductor the plan fitted to the prediction measures over the
-    budget; the backend's default under Inductor (measure_step) compiles again until the
-    measured step fits, each distinct plan compiled once."""
+def inductor_step(model, x, budget, measure=False):
+    """(measured peak of the whole step, its CompiledPlan) of `model`'s loss compiled by the
+    Inductor backend at `budget`."""
+    torch._dynamo.reset()
+    be = compiled.backend(budget, compiler="inductor", measure_step=measure)
+    fn = torch.compile(lambda t: model(t).square().mean(), backend=be)
+    return measured_step(model, fn, x) + resident_of(model, x), be.partition.plans[-1]
+
+
+def test_under_inductor_the_prediction_holds_the_layout_copies(monkeypatch):
+    """The plan that drops nothing and the least peak's, compiled by Inductor: each measured
+    step lies at or below the prediction (16 KiB allowed) and within 3% of it. Without the
+    layout copies (planted: none found) the prediction lies below the measured step, by at
+    least half the bytes of the weights the copies hold."""
     model, x = weighty_cnn(), torch.randn(8, 3, 12, 12)
-    resident = resident_of(model, x)
+    weights = sum(m.weight.numel() * 4 for m in model if isinstance(m, nn.Conv2d))
+    for budget in (1 << 40, None):
+        measured, record = inductor_step(model, x, budget)
+        assert measured <= record.peak + (16 << 10) and record.peak <= 1.03 * measured
+    monkeypatch.setattr(compiled._inductor_layout, "layout_copies", lambda fw: {})
+    measured, blind = inductor_step(model, x, 1 << 40)
+    assert blind.peak + weights // 2 < measured
 
-    def measured_with(budget, measure):
-        torch._dynamo.reset()
-        be = compiled.backend(budget, compiler="inductor", measure_step=measure)
-        fn = torch.compile(lambda t: model(t).square().mean(), backend=be)
-        return measured_step(model, fn, x) + resident, be.partition.plans[-1]
 
-    # the plan that drops nothing, at its own predicted peak: it fits by the prediction
-    blind, record = measured_with(1 << 40, False)
-    budget = record.peak
-    assert record.plan.schedule.recompute_cost == 0 and budget < blind
-    got, record = measured_with(budget, None)
-    assert got <= budget + (16 << 10)
-    assert abs(record.measured - got) <= max(16 << 10, 0.01 * got)
+def test_under_inductor_the_measured_step_holds_a_budget_the_prediction_misses(monkeypatch):
+    """Planted excess: every step the backend measures holds a third of the gap between the
+    plain step's prediction and the least peak's measured step more than it does. The plan
+    that drops nothing fits the budget (its own prediction) by the prediction, not measured;
+    the backend's default under Inductor (measure_step) compiles again until the measured
+    step fits, each distinct plan compiled once."""
+    model, x = weighty_cnn(), torch.randn(8, 3, 12, 12)
+    least, _ = inductor_step(model, x, None)
+    _, plain = inductor_step(model, x, 1 << 40)
+    budget = plain.peak
+    excess = (budget - least) // 3
+    plant_measured_shift(monkeypatch, excess)
+    got, record = inductor_step(model, x, budget, measure=None)
     assert record.rounds[0][0] == budget and record.rounds[0][2] > budget
+    assert record.measured <= budget and record.plan.schedule.recompute_cost > 0
+    assert abs(record.measured - excess - got) <= max(16 << 10, 0.01 * got)
     assert len(record.rounds) <= compiled.MEASURE_ROUNDS
 
 
