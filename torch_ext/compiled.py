@@ -573,8 +573,8 @@ class PlannedPartition:
         after the next one's; the partitioner's backward graph orders gradients and their
         frees its own way. Each round plans at a budget moved by what the last partition's
         liveness peak missed or left over (:func:`_next_budget`) and partitions again (a first
-        budget below the planner's least peak moves up to it: the planner's schedule, whose
-        values live to their node's own backward, may hold more than the graphs); a
+        budget below the planner's least peak moves up to it: the planner's schedule, which
+        keeps a value until its own node's backward, may hold more than the graphs); a
         fitting partition within :data:`FIT_SLACK` of the budget, or one that recomputes
         nothing, ends the search. The plans of least peak (:meth:`_least_plans`) that
         recompute less than the best fitting one are tried last, so that no budget recomputes
@@ -631,9 +631,9 @@ class PlannedPartition:
         """The ``FIT_ROUNDS // 2`` plans of least schedule peak on the planner's front
         (:func:`lowerset.pareto`) and as many on the pruned family's (Sec. 4.3). The
         planner's schedule runs the backward pass as the reverse of the joint graph's forward
-        part and PyTorch's partitioner orders it its own way, so the two peaks differ by a
-        different amount from plan to plan (0.6 to 6.6 MB on ResNet-50's compiled graph),
-        and the lowest schedule need not partition lowest."""
+        part, keeping a value until its own node's backward, and PyTorch's partitioner orders
+        it its own way, so the two peaks differ by a different amount from plan to plan, and
+        the lowest schedule need not partition lowest."""
         plans = []
         for method in dict.fromkeys((lowerset.dp.resolve_method(graph, self.method),
                                      "approx")):
