@@ -17,7 +17,9 @@ the workspace probe runs in channels-last under the optimization
 (:func:`torch_ext._workspace.probe`). Measured on the CPU (one thread, torch 2.13): with both,
 the measured peaks of ResNet-50's compiled steps under Inductor lie from 0.3% above to 2.9%
 below the prediction (fused kernels allocate less than the graphs name), where without them
-they lay 8.5 to 29.0 MB above it. On the U-Net they still lie up to 8.9% above it.
+they lay 8.5 to 29.0 MB above it. On the U-Net they still lie up to 8.9% above it:
+Inductor's wrapper holds a dead buffer until a later allocation of the same size reuses it
+(``allow_buffer_reuse``), which is not modelled.
 """
 
 from __future__ import annotations
