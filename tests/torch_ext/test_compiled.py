@@ -508,6 +508,48 @@ def test_joint_graph_as_a_lowerset_graph_by_hand():
     assert {m.name for m in seen["members"][0]} >= {mm}
 
 
+def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
+    """A 3x3 convolution of an input x (2 x 3 x 8 x 8) by a weight W (4 x 3 x 3 x 3), then tanh
+    and a sum. A planted workspace of 1000 bytes for the convolution's backward call and 500
+    for the convolution: the convolution's node peaks at its outputs and 500 bytes forward, at
+    convolution_backward's output (the gradient of W; x, an input, gets none) and 1000 bytes
+    backward; tanh and the sum measured none. With W copied (as Inductor's layout optimization does), the
+    copy is a pinned node first in the forward order, the convolution reads it in W's place,
+    and the copy's own backward reads nothing (the convolution's backward reads it)."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 4, 3, bias=False)
+    x = torch.randn(2, 3, 8, 8)
+    joint_seen = {}
+
+    def partition(joint, joint_inputs, **kwargs):
+        joint_seen["joint"], joint_seen["n"] = joint, kwargs["num_fwd_outputs"]
+        return compiled._APIS["default_partition"](joint, joint_inputs, **kwargs)
+
+    torch._dynamo.reset()
+    backend, _ = capture(partition)
+    fn = torch.compile(lambda t: torch.tanh(conv(t)).sum(), backend=backend)
+    fn(x).backward()
+    joint, n = joint_seen["joint"], joint_seen["n"]
+    planted = {torch.ops.aten.convolution_backward.default: 1000,
+               torch.ops.aten.convolution.default: 500}
+    g, _ = compiled.joint_to_graph(joint, n, workspace=lambda node: planted.get(node.target, 0))
+    ops = [g.attrs[v]["op"] for v in g.labels]
+    assert ops == ["aten.convolution.default", "aten.tanh.default", "aten.sum.default"]
+    out = 2 * 4 * 6 * 6 * 4
+    grads = conv.weight.numel() * 4
+    peaks = [(f.forward_peak, f.backward_peak) for f in g.facts.nodes]
+    assert peaks == [(out + 500, grads + 1000), (0, 0), (0, 0)]
+
+    (w,) = [p.name for p in joint.graph.nodes
+            if p.op == "placeholder" and tuple(p.meta["val"].shape) == (4, 3, 3, 3)]
+    g, members = compiled.joint_to_graph(joint, n, copies={w: 432})
+    assert g.labels[0] == w + ".channels_last" and members[0] == []
+    copy, conv_node = g.facts.nodes[0], g.facts.nodes[1]
+    assert copy.pinned and copy.outputs == (432,) and copy.reads_outputs == ()
+    assert (0, 0) in conv_node.args and (g.labels[0], g.labels[1]) in set(g.edges)
+    assert conv_node.reads_args == tuple(p for p, a in enumerate(conv_node.args))
+
+
 class _Seen(compiled.PlannedPartition):
     """PlannedPartition that records (plan, partitioned peak) of each plan tried for the least
     peak."""
