@@ -513,9 +513,10 @@ def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
     and a sum. A planted workspace of 1000 bytes for the convolution's backward call and 500
     for the convolution: the convolution's node peaks at its outputs and 500 bytes forward, at
     convolution_backward's output (the gradient of W; x, an input, gets none) and 1000 bytes
-    backward; tanh and the sum measured none. With W copied (as Inductor's layout optimization does), the
-    copy is a pinned node first in the forward order, the convolution reads it in W's place,
-    and the copy's own backward reads nothing (the convolution's backward reads it)."""
+    backward; tanh and the sum measured none. With W copied (as Inductor's layout
+    optimization does), the copy is a pinned node first in the forward order, the convolution
+    reads it in W's place, and the copy's own backward reads nothing (the convolution's
+    backward reads it)."""
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 4, 3, bias=False)
     x = torch.randn(2, 3, 8, 8)
