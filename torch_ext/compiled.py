@@ -251,37 +251,6 @@ def _backward_reads(joint, where, copied):
     return read
 
 
-def _backward_readers(joint, where, copied, groups):
-    """Which node's backward reads each value the joint graph's backward part reads. A
-    backward call belongs to the first group of its autograd sequence number
-    (``meta["seq_nr"]``, shared by a forward operation and the backward calls AOTAutograd
-    traced from its derivative) and reads that group's outputs and arguments as its backward
-    does. A value read by a call of no group, or of a group it is neither an output nor an
-    argument of, is read by its own node's backward. Returns ``(reads_args, reads_outputs)``:
-    sets of (group, argument position) and of (group, output k)."""
-    first: dict[Any, int] = {}
-    for g, grp in enumerate(groups):
-        if not grp.copy:
-            first.setdefault(grp.owner.meta.get("seq_nr"), g)
-    args_read: set[tuple[int, int]] = set()
-    outs_read: set[tuple[Any, Any]] = set()
-    for n in joint.graph.nodes:
-        if n.meta.get("partitioner_tag") != "is_backward" or n.op != "call_function":
-            continue
-        owner = first.get(n.meta.get("seq_nr"))
-        for a in n.all_input_nodes:
-            if a not in where:
-                continue
-            v = copied.get(a, where[a])
-            if owner is not None and v[0] == owner:
-                outs_read.add(v)
-            elif owner is not None and v in groups[owner].args:
-                args_read.update((owner, p) for p, b in enumerate(groups[owner].args) if b == v)
-            elif v[0] != "e":
-                outs_read.add(v)
-    return args_read, outs_read
-
-
 def _backward_calls(joint):
     """Per autograd sequence number (``meta["seq_nr"]``, shared by a forward operation and the
     backward operations AOTAutograd traced from its derivative): those backward calls."""
@@ -350,15 +319,15 @@ def _last_forward_use(groups):
     return last
 
 
-def _node_facts(g, grp, read, readers, returned, last, gets_grad, peaks):
+def _node_facts(g, grp, read, returned, last, gets_grad, peaks):
     args = tuple((~a[1], 0) if a[0] == "e" else a for a in grp.args)
     kept = [(g, k) in read or (g, k) in returned for k in range(len(grp.out_bytes))]
-    args_read, outs_read = readers
     return lowerset.NodeFacts(
         outputs=tuple(grp.out_bytes), args=args,
-        reads_args=tuple(p for p in range(len(grp.args)) if (g, p) in args_read),
-        reads_outputs=tuple(k for k in range(len(grp.out_bytes))
-                            if (g, k) in outs_read or (g, k) in returned),
+        reads_args=tuple(p for p, a in enumerate(grp.args) if a in read),
+        # a copy's readers are the convolutions (their reads_args), not its own backward,
+        # which runs last: it is first in the forward order
+        reads_outputs=() if grp.copy else tuple(k for k, r in enumerate(kept) if r),
         grad_args=tuple(gets_grad(a) for a in grp.args),
         # a copy passes its gradient on as it is
         output_views=(-1,) * len(grp.out_bytes),
@@ -428,8 +397,7 @@ def joint_to_graph(joint: torch.fx.GraphModule, num_fwd_outputs: int,
 
     kept = set(returned)
     peaks = _peaks(groups, joint, workspace or (lambda node: 0))
-    readers = _backward_readers(joint, where, copied, groups)
-    facts_nodes = [_node_facts(g, grp, read, readers, kept, last, gets_grad, peaks[g])
+    facts_nodes = [_node_facts(g, grp, read, kept, last, gets_grad, peaks[g])
                    for g, grp in enumerate(groups)]
     seeds = tuple(v for v in returned
                   if torch.is_floating_point(_output_val(groups[v[0]], v[1])))
@@ -605,8 +573,8 @@ class PlannedPartition:
         after the next one's; the partitioner's backward graph orders gradients and their
         frees its own way. Each round plans at a budget moved by what the last partition's
         liveness peak missed or left over (:func:`_next_budget`) and partitions again (a first
-        budget below the planner's least peak moves up to it: the planner's schedule may hold
-        more than the graphs); a
+        budget below the planner's least peak moves up to it: the planner's schedule, which
+        keeps a value until its own node's backward, may hold more than the graphs); a
         fitting partition within :data:`FIT_SLACK` of the budget, or one that recomputes
         nothing, ends the search. The plans of least peak (:meth:`_least_plans`) that
         recompute less than the best fitting one are tried last, so that no budget recomputes
@@ -663,9 +631,9 @@ class PlannedPartition:
         """The ``FIT_ROUNDS // 2`` plans of least schedule peak on the planner's front
         (:func:`lowerset.pareto`) and as many on the pruned family's (Sec. 4.3). The
         planner's schedule runs the backward pass as the reverse of the joint graph's forward
-        part and PyTorch's partitioner orders it its own way, so the two peaks can differ by a
-        different amount from plan to plan, and the lowest schedule need not partition
-        lowest."""
+        part, keeping a value until its own node's backward, and PyTorch's partitioner orders
+        it its own way, so the two peaks differ by a different amount from plan to plan, and
+        the lowest schedule need not partition lowest."""
         plans = []
         for method in dict.fromkeys((lowerset.dp.resolve_method(graph, self.method),
                                      "approx")):

@@ -508,32 +508,6 @@ def test_joint_graph_as_a_lowerset_graph_by_hand():
     assert {m.name for m in seen["members"][0]} >= {mm}
 
 
-def test_a_value_is_read_by_the_backward_of_the_node_that_reads_it_by_hand():
-    """f(x) = sum((x @ W^T) * (x @ W^T)): the product's output y is read by the backward of
-    mul (its argument), not by the backward of mm, which reads the input x (an
-    external); so the planner's schedule may free y after mul's backward, as the partitioned
-    backward graph does. Attributed by the autograd sequence number that the joint graph's
-    backward calls share with their forward operation."""
-    torch.manual_seed(0)
-    lin = nn.Linear(16, 32, bias=False)
-    seen = {}
-
-    def partition(joint, joint_inputs, **kwargs):
-        seen["graph"], _ = compiled.joint_to_graph(joint, kwargs["num_fwd_outputs"])
-        return compiled._APIS["default_partition"](joint, joint_inputs, **kwargs)
-
-    torch._dynamo.reset()
-    backend, _ = capture(partition)
-    fn = torch.compile(lambda t: (lambda y: y * y)(lin(t)).sum(), backend=backend)
-    fn(torch.randn(8, 16)).backward()
-    g = seen["graph"]
-    ops = [g.attrs[v]["op"] for v in g.labels]
-    assert ops == ["aten.mm.default", "aten.mul.Tensor", "aten.sum.default"]
-    mm, mul, _ = g.facts.nodes
-    assert mm.reads_outputs == () and mul.args == ((0, 0),)   # one argument node, twice
-    assert mul.reads_args == (0,) and mul.reads_outputs == ()
-
-
 def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
     """A 3x3 convolution of an input x (2 x 3 x 8 x 8) by a weight W (4 x 3 x 3 x 3), then tanh
     and a sum. A planted workspace of 1000 bytes for the convolution's backward call and 500
