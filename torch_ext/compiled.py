@@ -277,15 +277,10 @@ def _peaks(groups, joint, workspace):
         seq = None if grp.copy else grp.owner.meta.get("seq_nr")
         mine = calls.get(seq, []) if seq not in taken else []
         taken.add(seq)
-        backward = max((_made(n) + workspace(n) for n in mine if workspace(n)), default=0)
+        backward = max((_ops.value_bytes(n.meta.get("val")) + workspace(n)
+                        for n in mine if workspace(n)), default=0)
         peaks.append((forward, backward))
     return peaks
-
-
-def _made(node):
-    """Bytes of the tensors FX call `node` returns."""
-    val = node.meta.get("val")
-    return sum(_bytes(v) for v in (val if isinstance(val, (tuple, list)) else [val]))
 
 
 def _joint_outputs(joint):
