@@ -11,15 +11,16 @@ A channels-last convolution also holds a workspace of its own: on the CPU, oneDN
 of a 3x3 convolution over 512 channels holds 18.9 MB above its outputs in channels-last and
 9.4 MB in the contiguous format.
 
-:func:`layout_copies` names the copies of one forward graph and their bytes, for the liveness
-analysis (:func:`torch_ext._fx_liveness.step_peak`); :data:`CONVOLUTIONS` are the operations
-the workspace probe runs in channels-last under the optimization
-(:func:`torch_ext._workspace.probe`). Measured on the CPU (one thread, torch 2.13): with both,
-the measured peaks of ResNet-50's compiled steps under Inductor lie from 0.3% above to 2.9%
-below the prediction (fused kernels allocate less than the graphs name), where without them
-they lay 8.5 to 29.0 MB above it. On the U-Net they still lie up to 8.9% above it:
-Inductor's wrapper holds a dead buffer until a later allocation of the same size reuses it
-(``allow_buffer_reuse``), which is not modelled.
+:func:`layout_copies` names the copies of one graph's forward part and their bytes, for the
+planner's graph and the liveness analysis (:func:`torch_ext._fx_liveness.step_peak`);
+:data:`CONVOLUTIONS` are the operations the workspace probe runs in channels-last under the
+optimization (:func:`torch_ext._workspace.probe`).
+
+Measured on the CPU (one thread, torch 2.13): with both, the measured peaks of ResNet-50's
+compiled steps under Inductor lie from 0.3% above to 2.9% below the prediction (fused kernels
+allocate less than the graphs name); without them, 8.5 to 29.0 MB above it. On the U-Net
+they lie up to 8.9% above it: Inductor's wrapper holds a dead buffer until a later
+allocation of the same size reuses it (``allow_buffer_reuse``), which is not modelled.
 """
 
 from __future__ import annotations
@@ -57,12 +58,13 @@ def channels_last(t: torch.Tensor) -> bool:
 
 
 def layout_copies(fw: torch.fx.GraphModule) -> dict[str, int]:
-    """The forward graph's inputs that Inductor's layout optimization copies to channels-last.
+    """The forward inputs that Inductor's layout optimization copies to channels-last.
 
     Parameters
     ----------
     fw : torch.fx.GraphModule
-        A partitioned forward graph (placeholders carry fake tensors in ``meta["val"]``).
+        A joint graph or the forward graph partitioned from it (the same placeholder names;
+        placeholders carry fake tensors in ``meta["val"]``).
 
     Returns
     -------

@@ -537,15 +537,15 @@ class PlannedPartition:
         def workspace(node):
             return sizes.get(_workspace.op_key(node), 0) if sizes else 0
 
-        graph, members = joint_to_graph(
-            joint, num_fwd_outputs, workspace=workspace,
-            copies=_inductor_layout.layout_copies(joint) if layout else None)
+        # the forward graph keeps the joint graph's forward operations and placeholder names
+        copies = _inductor_layout.layout_copies(joint) if layout else None
+        graph, members = joint_to_graph(joint, num_fwd_outputs, workspace=workspace,
+                                        copies=copies)
 
         def partition(plan):
             recomputed = _tag(plan, members)
             fw, bw = _APIS["default_partition"](joint, joint_inputs,
                                                 num_fwd_outputs=num_fwd_outputs, **kwargs)
-            copies = _inductor_layout.layout_copies(fw) if layout else None
             peak = max(_fx_liveness.step_peak(fw, bw, plan.schedule.resident,
                                               workspace=workspace, copies=copies))
             return CompiledPlan(graph, plan, recomputed, peak), (fw, bw)
