@@ -84,7 +84,7 @@ FIT_SLACK = 0.01
 
 #: How many planner budgets :func:`fit_measured` tries at most to fit one graph's measured step
 #: (each a compilation, unless its plan was compiled before).
-MEASURE_ROUNDS = 4
+MEASURE_ROUNDS = 5
 
 
 class CompiledPlan(NamedTuple):
@@ -671,18 +671,29 @@ def _next_budget(tried, target, bounds, least_step):
     bytes (a plan just over the target may need the planner's budget well below it). A
     "floor" comes only after an "over": the search goes down only from a plan that did not
     fit."""
-    lows = [b for b in (bounds["fit"], bounds["floor"]) if b is not None]
-    if lows and bounds["over"] is not None:
-        low, high = max(lows), bounds["over"]
+    bracket = _bracket(bounds)
+    if bracket is not None:
+        low, high = bracket
         return None if high - low <= 1 else (low + high) // 2
     last, peak = tried[-1]
     slope = 1.0
     if len(tried) >= 2 and tried[-2][0] != last:
         slope = (peak - tried[-2][1]) / (last - tried[-2][0])
-        slope = min(max(slope, 0.1), 10.0)
+        # a peak that moved against the planner's budget (plans differ) gives no slope
+        slope = 1.0 if slope < 0 else min(max(slope, 0.1), 10.0)
     move = (target - peak) / slope
     move = math.copysign(max(abs(move), least_step), move)
     return max(0, int(last + move))
+
+
+def _bracket(bounds):
+    """``(low, high)``: the largest planner budget whose plan fit or that had no plan, and
+    the least whose plan did not fit (the `bounds` of :func:`_next_budget`); None until both
+    are known."""
+    lows = [b for b in (bounds["fit"], bounds["floor"]) if b is not None]
+    if lows and bounds["over"] is not None:
+        return max(lows), bounds["over"]
+    return None
 
 
 def _dropped_key(plan):
@@ -796,11 +807,11 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     compiled step forward and backward on copies of the inputs
     (:func:`torch_ext._step_measure.graph_step_peak`) and measures its peak. A step over
     ``partition.budget - partition.outside`` is compiled again at a planner budget lowered by
-    what it missed; one under it by more than :data:`FIT_SLACK` at one raised by what it left
-    over (Inductor's fused code may hold less than the graphs' prediction), the steps after the
-    first scaled by how the measured peak followed the planner budget, and bisected once a
-    fitting and an overshooting budget bracket the answer (:func:`_next_budget`), for
-    :data:`MEASURE_ROUNDS` planner budgets at most; a plan compiled in an earlier round is not
+    the largest excess of a measured step over its prediction so far; one under it by more
+    than :data:`FIT_SLACK` at one raised by what it left over (Inductor's fused code may hold
+    less than the graphs' prediction); a fitting and an overshooting budget, once they bracket
+    the answer, are bisected (:meth:`_MeasuredFit.following`), for :data:`MEASURE_ROUNDS`
+    planner budgets at most; a plan compiled in an earlier round is not
     compiled again (its partition stops the compilation and the round reuses its measurement).
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
     nothing; where no round's step fits (or no plan fits the budget by the prediction, which
@@ -875,11 +886,29 @@ class _MeasuredFit:
                     return fn   # no backward: nothing to fit
                 if self.record(asked, cp):
                     break
-            asked = _next_budget([(a, m) for a, _, m in self.rounds], self.target,
-                                 self.bounds, FIT_SLACK * self.target)
+            asked = self.following()
         if not self.fitting():
             self.compile(None)   # the least peak's plan, where the rounds missed it
         return self.keep()
+
+    def following(self):
+        """The planner budget of the next round, None where the search ends. Once a fitting
+        (or plan-less) and an overshooting budget bracket the answer: the middle, None once
+        the bracket is closed. Before, after a step over the target: the target lowered by
+        the largest excess of a round's measured step over its prediction (the compiled
+        code's excess moves with the plan, not with the planner budget: U-Net under
+        Inductor, 9-18 MB), at least :data:`FIT_SLACK` of the target below the last budget;
+        after one that fit with room: the last budget raised by that room."""
+        bracket = _bracket(self.bounds)
+        if bracket is not None:
+            low, high = bracket
+            return None if high - low <= 1 else (low + high) // 2
+        asked, _, measured = self.rounds[-1]
+        least_step = FIT_SLACK * self.target
+        if measured > self.target:
+            excess = max(m - p for _, p, m in self.rounds)
+            return max(0, int(min(self.target - excess, asked - least_step)))
+        return int(asked + max(self.target - measured, least_step))
 
     def compile(self, asked):
         """``(compiled, CompiledPlan)`` at planner budget `asked` (None: the least peak's

@@ -460,6 +460,34 @@ def test_the_budget_search_bisects_once_bracketed_and_follows_the_slope_before()
     assert nxt([(100, 120), (60, 90)], fit=60, over=100) == 80
     assert nxt([(100, 120)], floor=70, over=100) == 85
     assert nxt([(61, 100), (60, 90)], fit=60, over=61) is None
+    # the peak rose as the planner's budget fell (another plan): no slope, the miss itself
+    assert nxt([(100, 120), (80, 130)], over=80) == 50
+
+
+def test_the_measured_search_lowers_the_budget_by_the_largest_excess_measured():
+    """Rounds (planner budget, predicted, measured) against a target of 1000 bytes (the
+    least step 1% of it): each step over the target lowers the next planner budget to the
+    target less the largest measured excess over a prediction so far, at least 10 bytes below
+    the last budget; a step with room raises it by the room; a bracket is bisected."""
+    from types import SimpleNamespace
+
+    def following(rounds, **bounds):
+        fit = compiled._MeasuredFit(SimpleNamespace(budget=1200, outside=200, plans=[]),
+                                    None, None, None)
+        fit.rounds = rounds
+        fit.bounds.update(bounds)
+        return fit.following()
+    assert following([(1000, 990, 1005)], over=1000) == 985
+    # the excess grew from 15 to 31, then 80: the largest counts
+    assert following([(1000, 990, 1005), (985, 970, 1001)], over=985) == 969
+    assert following([(1000, 990, 1005), (985, 950, 1030)], over=985) == 920
+    # it fell from 15 to 5: still 15 below the target, and 10 below the last budget
+    assert following([(1000, 990, 1005), (990, 998, 1003)], over=990) == 980
+    # an excess of a byte still moves the budget by the least step
+    assert following([(1000, 1000, 1001)], over=1000) == 990
+    assert following([(1000, 950, 900)], fit=1000) == 1100
+    assert following([(1000, 950, 1100), (900, 850, 800)], fit=900, over=1000) == 950
+    assert following([(901, 950, 1100), (900, 850, 800)], fit=900, over=901) is None
 
 
 def test_a_budget_below_the_least_peak_is_refused_naming_it():
