@@ -806,12 +806,13 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     Each round compiles `gm` (its backward too, not at the first backward pass), runs the
     compiled step forward and backward on copies of the inputs
     (:func:`torch_ext._step_measure.graph_step_peak`) and measures its peak. A step over
-    ``partition.budget - partition.outside`` is compiled again at a planner budget lowered by
-    the largest excess of a measured step over its prediction so far; one under it by more
-    than :data:`FIT_SLACK` at one raised by what it left over (Inductor's fused code may hold
-    less than the graphs' prediction); a fitting and an overshooting budget, once they bracket
-    the answer, are bisected (:meth:`_MeasuredFit.following`), for :data:`MEASURE_ROUNDS`
-    planner budgets at most; a plan compiled in an earlier round is not
+    ``partition.budget - partition.outside`` is compiled again at the budget less the largest
+    excess of a measured step over its prediction so far; one under it by more than
+    :data:`FIT_SLACK` at the budget less its own (negative) excess (Inductor's fused code may
+    hold less than the graphs' prediction); a fitting and an overshooting budget, once they
+    bracket the answer, are bisected to :data:`FIT_SLACK` of the budget
+    (:meth:`_MeasuredFit.following`), for :data:`MEASURE_ROUNDS` planner budgets at most; a
+    plan compiled in an earlier round is not
     compiled again (its partition stops the compilation and the round reuses its measurement).
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
     nothing; where no round's step fits (or no plan fits the budget by the prediction, which
@@ -892,23 +893,25 @@ class _MeasuredFit:
         return self.keep()
 
     def following(self):
-        """The planner budget of the next round, None where the search ends. Once a fitting
-        (or plan-less) and an overshooting budget bracket the answer: the middle, None once
-        the bracket is closed. Before, after a step over the target: the target lowered by
-        the largest excess of a round's measured step over its prediction (the compiled
-        code's excess moves with the plan, not with the planner budget: U-Net under
-        Inductor, 9-18 MB), at least :data:`FIT_SLACK` of the target below the last budget;
-        after one that fit with room: the last budget raised by that room."""
+        """The planner budget of the next round, None where the search ends. The compiled
+        code's excess over the prediction (measured less predicted peak, negative where fused
+        kernels hold less) moves with the plan, not with the planner budget (U-Net under
+        Inductor: 9-18 MB above, ResNet-50: 8 MB below), so the next planner budget is the
+        target less an excess measured: after a step over the target the largest one so far,
+        at least :data:`FIT_SLACK` of the target below the last budget; after one with room
+        the last one, at least as far above. Once a fitting (or plan-less) and an overshooting
+        budget bracket the answer: the middle, None once the bracket is narrower than that
+        step (each round is a compilation)."""
+        least_step = FIT_SLACK * self.target
         bracket = _bracket(self.bounds)
         if bracket is not None:
             low, high = bracket
-            return None if high - low <= 1 else (low + high) // 2
-        asked, _, measured = self.rounds[-1]
-        least_step = FIT_SLACK * self.target
+            return None if high - low <= least_step else (low + high) // 2
+        asked, predicted, measured = self.rounds[-1]
         if measured > self.target:
             excess = max(m - p for _, p, m in self.rounds)
             return max(0, int(min(self.target - excess, asked - least_step)))
-        return int(asked + max(self.target - measured, least_step))
+        return int(max(self.target - (measured - predicted), asked + least_step))
 
     def compile(self, asked):
         """``(compiled, CompiledPlan)`` at planner budget `asked` (None: the least peak's

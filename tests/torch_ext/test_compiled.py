@@ -468,7 +468,8 @@ def test_the_measured_search_lowers_the_budget_by_the_largest_excess_measured():
     """Rounds (planner budget, predicted, measured) against a target of 1000 bytes (the
     least step 1% of it): each step over the target lowers the next planner budget to the
     target less the largest measured excess over a prediction so far, at least 10 bytes below
-    the last budget; a step with room raises it by the room; a bracket is bisected."""
+    the last budget; a step with room raises it to the target less its own excess, at least
+    10 bytes above; a bracket is bisected until it is 10 bytes wide."""
     from types import SimpleNamespace
 
     def following(rounds, **bounds):
@@ -485,9 +486,11 @@ def test_the_measured_search_lowers_the_budget_by_the_largest_excess_measured():
     assert following([(1000, 990, 1005), (990, 998, 1003)], over=990) == 980
     # an excess of a byte still moves the budget by the least step
     assert following([(1000, 1000, 1001)], over=1000) == 990
-    assert following([(1000, 950, 900)], fit=1000) == 1100
+    # fused code holding 50 bytes less than predicted: a plan predicted at 1050 fits
+    assert following([(1000, 950, 900)], fit=1000) == 1050
+    assert following([(1000, 999, 995)], fit=1000) == 1010
     assert following([(1000, 950, 1100), (900, 850, 800)], fit=900, over=1000) == 950
-    assert following([(901, 950, 1100), (900, 850, 800)], fit=900, over=901) is None
+    assert following([(1000, 950, 1100), (990, 850, 800)], fit=990, over=1000) is None
 
 
 def test_a_budget_below_the_least_peak_is_refused_naming_it():
