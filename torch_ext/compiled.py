@@ -812,8 +812,8 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     hold less than the graphs' prediction); a fitting and an overshooting budget, once they
     bracket the answer, are bisected to :data:`FIT_SLACK` of the budget
     (:meth:`_MeasuredFit.following`), for :data:`MEASURE_ROUNDS` planner budgets at most; a
-    plan compiled in an earlier round is not
-    compiled again (its partition stops the compilation and the round reuses its measurement).
+    plan compiled in an earlier round is not compiled again (its partition stops the
+    compilation and the round reuses its measurement).
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
     nothing; where no round's step fits (or no plan fits the budget by the prediction, which
     Inductor's code may hold less than), the least peak's plan (the partition's without a
@@ -895,8 +895,8 @@ class _MeasuredFit:
     def following(self):
         """The planner budget of the next round, None where the search ends. The compiled
         code's excess over the prediction (measured less predicted peak, negative where fused
-        kernels hold less) moves with the plan, not with the planner budget (U-Net under
-        Inductor: 9-18 MB above, ResNet-50: 8 MB below), so the next planner budget is the
+        kernels hold less) moves with the plan, not with the planner budget (under Inductor:
+        the U-Net's up to 14 MB above, ResNet-50's 8 MB below), so the next planner budget is the
         target less an excess measured: after a step over the target the largest one so far,
         at least :data:`FIT_SLACK` of the target below the last budget; after one with room
         the last one, at least as far above. Once a fitting (or plan-less) and an overshooting
