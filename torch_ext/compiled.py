@@ -667,8 +667,9 @@ def _next_budget(tried, target, bounds, least_step):
     none. Once a lower one ("fit" or "floor") and "over" bracket the answer: the middle of the
     bracket (a plan's peak is a step function of the planner's budget), None once it is
     closed. Before: a secant step, the last round's miss (or what it left over) scaled by how
-    the peak followed the planner's budget over the last two rounds, of at least `least_step`
-    bytes (a plan just over the target may need the planner's budget well below it). A
+    the peak followed the planner's budget over the last two rounds (not scaled where it moved
+    against it: another plan), of at least `least_step` bytes (a plan just over the target may
+    need the planner's budget well below it). A
     "floor" comes only after an "over": the search goes down only from a plan that did not
     fit."""
     bracket = _bracket(bounds)
