@@ -183,6 +183,13 @@ PREDICTION_TOLERANCE = 0.03
 #: How much longer than a PyTorch method's step ours may take at a budget both meet (2%).
 TIME_SLACK = 0.02
 
+#: The time target's second look: the rows of each comparison whose step-time ratios lie
+#: within CONFIRM_MARGIN of its line (:func:`close_to_the_line`) are timed again, alone with
+#: the plain step, in CONFIRM_ROUNDS rotated rounds (:func:`confirm_times`), and those
+#: ratios judge. Nine rounds of a whole run scatter by 3-6% on the two-core CPU machine.
+CONFIRM_MARGIN = 0.05
+CONFIRM_ROUNDS = {"test": 1, "cpu": 21, "gpu": 21}
+
 METHODS = ("plain", "checkpoint", "checkpoint_sequential", "sac", "compile_dp", "compile_ilp",
            "lowerset", "sac_cuts", "lowerset_compiled")
 
@@ -757,6 +764,32 @@ def time_rounds(case, configs, rounds):
     return rotated_times({c.key: timed(c) for c in configs}, rounds, prepare)
 
 
+def confirm_times(result, case, configs, rounds):
+    """Time again the rows :func:`close_to_the_line` names, alone with the plain step, in
+    `rounds` rotated rounds; record their ratios (median over rounds of the step time over the
+    plain step's) in ``result["time_confirmed"]`` and judge the targets again
+    (:func:`derive`). Rows of the same compiled graphs are timed once."""
+    close = close_to_the_line(result)
+    if not close or rounds < 1:
+        return
+    timed = {c.key: (c.same_as or c).key for c in configs}
+    plain = ("plain", None)
+    keys = {timed[k] for k in close} | {plain}
+    _log(f"{result['network']}: timing {len(keys) - 1} rows again, {rounds} rounds")
+    times = time_rounds(case, [c for c in configs if c.key in keys], rounds)
+    result["time_confirmed"] = {
+        "rounds": rounds, "margin": CONFIRM_MARGIN,
+        "rows": [{"method": m, "setting": s, "first_ratio": _row_ratio(result, m, s),
+                  "time_ratio": time_ratio(times[timed[(m, s)]], times[plain])}
+                 for m, s in sorted(close, key=str)]}
+    derive(result)
+
+
+def _row_ratio(result, method, setting):
+    return next(r["time_ratio"] for r in result["rows"]
+                if (r["method"], r["setting"]) == (method, setting))
+
+
 def time_ratio(times, plain_times):
     """Median over rounds of a configuration's step time over the plain step's of the same
     round."""
@@ -942,6 +975,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "seconds": time.perf_counter() - start,
               "device": str(case.device)}
     derive(result)
+    confirm_times(result, case, configs, CONFIRM_ROUNDS[preset])
     _log(f"{name}: done in {result['seconds']:.0f} s (load {load[0]:.1f} -> {load[1]:.1f})")
     return result
 
@@ -1213,25 +1247,65 @@ def targets(result):
     return t
 
 
-def _time_target(result, miss):
-    """At each budget a PyTorch method fits: ours fits and its step takes at most that
-    method's time + 2% (times over the plain step's, :data:`TIME_SLACK`); torch.compile's
-    methods are compared with ours compiled, the eager tools with ours."""
+def _time_pairs(result):
+    """The comparisons the time target makes, from the first rule's table: at each budget, for
+    each PyTorch method whose measured peak fits and whose step was timed, ``(budget, name,
+    mine, ours_key, method, r, method_key)``: ``mine`` is our row at the budget (compiled
+    where `method` is torch.compile's, :data:`COMPILE_METHODS`; None where ours compiled is
+    infeasible), ``r`` the method's, the keys ``(method, setting)`` of their rows."""
     for entry in result["by_budget"]["recomputed_flops"]:
         b = entry["budget"]
         for method, r in entry["methods"].items():
             if r is None or "time_ratio" not in r:
                 continue
             compiled = method in COMPILE_METHODS
-            mine = entry.get("lowerset_compiled") if compiled else entry["lowerset"]
             if compiled and "lowerset_compiled" not in entry:
                 continue
+            ours = "lowerset_compiled" if compiled else "lowerset"
             name = "ours compiled" if compiled else "ours"
-            if mine is None or not mine["fits"]:
-                miss("time", f"B={_mb(b)} MB: {method} fits, {name} does not")
-            elif mine["time_ratio"] > r["time_ratio"] * (1 + TIME_SLACK):
-                miss("time", f"B={_mb(b)} MB: {name} {mine['time_ratio']:.2f}x, {method} "
-                             f"{r['time_ratio']:.2f}x")
+            mine = entry[ours]
+            yield b, name, mine, (ours, b), method, r, (method, r["setting"])
+
+
+def close_to_the_line(result, margin=CONFIRM_MARGIN):
+    """The rows to time again (keys ``(method, setting)``): both sides of each comparison of
+    :func:`_time_pairs` whose step-time ratios lie within `margin` (of the method's ratio) of
+    the line the time target draws (the method's ratio + :data:`TIME_SLACK`), on either
+    side, so that a near miss and a near pass are measured alike."""
+    keys = set()
+    for _, _, mine, ours_key, _, r, method_key in _time_pairs(result):
+        if mine is None or not mine["fits"]:
+            continue
+        line = r["time_ratio"] * (1 + TIME_SLACK)
+        if abs(mine["time_ratio"] - line) <= margin * r["time_ratio"]:
+            keys |= {ours_key, method_key}
+    return keys
+
+
+def _confirmed_ratios(result):
+    """Key ``(method, setting)`` -> step-time ratio of the rows timed again
+    (``result["time_confirmed"]``, :func:`confirm_times`); empty where none were."""
+    rows = result.get("time_confirmed", {}).get("rows", [])
+    return {(c["method"], c["setting"]): c["time_ratio"] for c in rows}
+
+
+def _time_target(result, miss):
+    """At each budget a PyTorch method fits: ours fits and its step takes at most that
+    method's time + 2% (times over the plain step's, :data:`TIME_SLACK`); torch.compile's
+    methods are compared with ours compiled, the eager tools with ours. Where both rows were
+    timed again (:func:`confirm_times`), those ratios judge."""
+    confirmed = _confirmed_ratios(result)
+    for b, name, mine, ours_key, method, r, method_key in _time_pairs(result):
+        if mine is None or not mine["fits"]:
+            miss("time", f"B={_mb(b)} MB: {method} fits, {name} does not")
+            continue
+        ours_t, their_t, how = mine["time_ratio"], r["time_ratio"], ""
+        if ours_key in confirmed and method_key in confirmed:
+            ours_t, their_t = confirmed[ours_key], confirmed[method_key]
+            how = f" (timed again, {result['time_confirmed']['rounds']} rounds)"
+        if ours_t > their_t * (1 + TIME_SLACK):
+            miss("time", f"B={_mb(b)} MB: {name} {ours_t:.2f}x, {method} {their_t:.2f}x"
+                         + how)
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -1489,6 +1563,7 @@ def _network_md(res):
                    f"{_gf(r['recomputed_flops'])} | {_gf(r['recomputed_formula'])} | "
                    f"{r['time_ratio']:.2f} | {bitwise} | {_yes(r['buffers'])} | "
                    f"{pred} |")
+    out += _confirmed_md(res)
     out += ["", "Per budget: ours, eager and compiled (measured MB, recomputed GFLOP all / "
             "formula, time x plain), and the recomputed GFLOP (all / formula) and time x plain "
             "of each PyTorch method whose measured peak fits (torch.compile: at the ratio "
@@ -1497,6 +1572,19 @@ def _network_md(res):
             + " |",
             "|---|---|---|---|" + "---|" * len(PYTORCH_METHODS)]
     return out + _budget_lines(res) + [""]
+
+
+def _confirmed_md(res):
+    """The rows timed again (:func:`confirm_times`): a paragraph, empty where none were."""
+    c = res.get("time_confirmed")
+    if not c:
+        return []
+    cells = [f"{r['method']} {_setting_text(r)}".strip() + f": {r['first_ratio']:.2f}x -> "
+             f"{r['time_ratio']:.2f}x" for r in c["rows"]]
+    return ["", f"Timed again (the rows of each time comparison within "
+                f"{100 * c['margin']:g}% of its line, alone with the plain step, "
+                f"{c['rounds']} rotated rounds; these ratios judge the time target): "
+            + "; ".join(cells) + "."]
 
 
 def _at(r):

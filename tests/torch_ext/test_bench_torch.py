@@ -183,6 +183,73 @@ def test_targets_compare_ours_compiled_with_compiles_budget_at_each_budget():
     assert any("ours compiled 1.20x, compile_dp 1.10x" in m for m in slow["time"]["misses"])
 
 
+def test_rows_close_to_the_time_line_are_both_sides_of_near_misses_and_near_passes():
+    # the line: compile_dp's 1.10x + 2% = 1.122x; 5% of 1.10 = 0.055 either side
+    for ours_t, close in ((1.12, True), (1.17, True), (1.07, True), (1.18, False),
+                          (1.06, False)):
+        keys = bt.close_to_the_line(_result(ours_compiled_flops=3, ours_compiled_time=ours_t))
+        assert keys == ({("lowerset_compiled", 150), ("compile_dp", 0.5)} if close else set())
+
+
+def _confirmed(result, ours_t, theirs_t):
+    result["time_confirmed"] = {"rounds": 21, "margin": 0.05, "rows": [
+        {"method": "lowerset_compiled", "setting": 150, "first_ratio": 0, "time_ratio": ours_t},
+        {"method": "compile_dp", "setting": 0.5, "first_ratio": 0, "time_ratio": theirs_t}]}
+    bt.derive(result)
+    return result["targets"]["time"]
+
+
+def test_the_rows_timed_again_judge_the_time_target_both_ways():
+    # a miss in the first run (1.15x against 1.10x) that the second look refutes
+    assert _confirmed(_result(3, 1.15), 1.08, 1.10) == {"met": True, "misses": []}
+    # a pass in the first run (1.12x) that the second look turns into a miss
+    t = _confirmed(_result(3, 1.12), 1.16, 1.10)
+    assert t["misses"] == ["B=0.000 MB: ours compiled 1.16x, compile_dp 1.10x "
+                           "(timed again, 21 rounds)"]
+
+
+class _FakeCase:
+    network, device = "fake", torch.device("cpu")
+
+    def __init__(self):
+        self.resets = 0
+
+    def reset(self):
+        self.resets += 1
+
+
+def test_confirm_times_runs_the_close_rows_alone_with_plain_and_records_their_ratios():
+    import time
+    ran = []
+
+    def step(key, seconds):
+        def run():
+            ran.append(key)
+            time.sleep(seconds)
+        return run
+
+    plain = bt.Config("plain", None, step("plain", 0.01))
+    dp = bt.Config("compile_dp", 0.5, step("dp", 0.01))
+    ilp = bt.Config("compile_ilp", 0.5, step("ilp", 0.01), same_as=dp)
+    mine = bt.Config("lowerset_compiled", 150, step("ours", 0.05))
+    far = bt.Config("checkpoint", None, step("checkpoint", 0.01))
+    result = _result(ours_compiled_flops=3, ours_compiled_time=1.12)
+    result["network"] = "fake"
+    # compile_ilp's row, of compile_dp's graphs, is as close to the line as compile_dp's
+    result["rows"].append(_row("compile_ilp", 0.5, 140, 4, 1.1))
+    bt.derive(result)
+    bt.confirm_times(result, _FakeCase(), [plain, dp, ilp, mine, far], rounds=3)
+    assert sorted(ran) == sorted(["plain", "dp", "ours"] * 3)
+    got = {(r["method"], r["setting"]): r for r in result["time_confirmed"]["rows"]}
+    assert set(got) == {("lowerset_compiled", 150), ("compile_dp", 0.5), ("compile_ilp", 0.5)}
+    assert got["compile_ilp", 0.5]["time_ratio"] == got["compile_dp", 0.5]["time_ratio"]
+    assert got["lowerset_compiled", 150]["first_ratio"] == 1.12
+    # 50 ms against 10 ms: the second look times ours at about 5x and the target misses
+    assert got["lowerset_compiled", 150]["time_ratio"] > 2.5
+    assert "timed again, 3 rounds" in result["targets"]["time"]["misses"][0]
+    assert "Timed again" in "\n".join(bt._confirmed_md(result))
+
+
 def _hf_cell(peak, predicted=None, bitwise=True):
     cell = {"peak": peak, "recomputed_flops": 2e6, "recomputed_formula": 1e6, "time_ratio": 1.5}
     if predicted is not None:
