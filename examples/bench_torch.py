@@ -976,6 +976,7 @@ def bench_network(name, preset, device="cpu", ratios=None, rounds=None, n_budget
               "device": str(case.device)}
     derive(result)
     confirm_times(result, case, configs, CONFIRM_ROUNDS[preset])
+    result["seconds"] = time.perf_counter() - start
     _log(f"{name}: done in {result['seconds']:.0f} s (load {load[0]:.1f} -> {load[1]:.1f})")
     return result
 
