@@ -3,6 +3,8 @@ the plan drops, gradients and buffers equal the eager step's bit for bit under a
 random and mutating operations are never recomputed, and the measured peak follows the
 prediction."""
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -539,18 +541,11 @@ def test_joint_graph_as_a_lowerset_graph_by_hand():
     assert {m.name for m in seen["members"][0]} >= {mm}
 
 
-def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
-    """A 3x3 convolution of an input x (2 x 3 x 8 x 8) by a weight W (4 x 3 x 3 x 3), then tanh
-    and a sum. A planted workspace of 1000 bytes for the convolution's backward call and 500
-    for the convolution: the convolution's node peaks at its outputs and 500 bytes forward, at
-    convolution_backward's output (the gradient of W; x, an input, gets none) and 1000 bytes
-    backward; tanh and the sum measured none. With W copied (as Inductor's layout
-    optimization does), the copy is a pinned node first in the forward order, the convolution
-    reads it in W's place, and the copy's own backward reads nothing (the convolution's
-    backward reads it)."""
+def _conv_tanh_joint():
+    """The joint graph of ``tanh(conv(x)).sum()``: a 3x3 convolution (4 x 3 x 3 x 3 weight) of
+    x (2 x 3 x 8 x 8); returns (conv, joint, num_fwd_outputs)."""
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 4, 3, bias=False)
-    x = torch.randn(2, 3, 8, 8)
     joint_seen = {}
 
     def partition(joint, joint_inputs, **kwargs):
@@ -560,11 +555,26 @@ def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
     torch._dynamo.reset()
     backend, _ = capture(partition)
     fn = torch.compile(lambda t: torch.tanh(conv(t)).sum(), backend=backend)
-    fn(x).backward()
-    joint, n = joint_seen["joint"], joint_seen["n"]
-    planted = {torch.ops.aten.convolution_backward.default: 1000,
-               torch.ops.aten.convolution.default: 500}
-    g, _ = compiled.joint_to_graph(joint, n, workspace=lambda node: planted.get(node.target, 0))
+    fn(torch.randn(2, 3, 8, 8)).backward()
+    return conv, joint_seen["joint"], joint_seen["n"]
+
+
+def _planted_workspace(node):
+    return {torch.ops.aten.convolution_backward.default: 1000,
+            torch.ops.aten.convolution.default: 500}.get(node.target, 0)
+
+
+def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
+    """A 3x3 convolution of an input x (2 x 3 x 8 x 8) by a weight W (4 x 3 x 3 x 3), then tanh
+    and a sum. A planted workspace of 1000 bytes for the convolution's backward call and 500
+    for the convolution: the convolution's node peaks at its outputs and 500 bytes forward, at
+    convolution_backward's output (the gradient of W; x, an input, gets none) and 1000 bytes
+    backward; tanh and the sum measured none. With W copied (as Inductor's layout
+    optimization does), the copy is a pinned node first in the forward order, the convolution
+    reads it in W's place, and the copy's own backward reads nothing (the convolution's
+    backward reads it)."""
+    conv, joint, n = _conv_tanh_joint()
+    g, _ = compiled.joint_to_graph(joint, n, workspace=_planted_workspace)
     ops = [g.attrs[v]["op"] for v in g.labels]
     assert ops == ["aten.convolution.default", "aten.tanh.default", "aten.sum.default"]
     out = 2 * 4 * 6 * 6 * 4
@@ -580,6 +590,36 @@ def test_joint_graph_carries_workspace_and_layout_copies_by_hand():
     assert copy.pinned and copy.outputs == (432,) and copy.reads_outputs == ()
     assert (0, 0) in conv_node.args and (g.labels[0], g.labels[1]) in set(g.edges)
     assert conv_node.reads_args == tuple(p for p, a in enumerate(conv_node.args))
+
+
+def test_the_least_peak_candidates_include_the_pruned_front_planned_without_workspace(
+        monkeypatch):
+    """The candidates for the least peak: the fronts of both families on the graph, and the
+    pruned family's on the graph without its planted workspace (every other fact the same),
+    bound to the graph, each dropped set once."""
+    _, joint, n = _conv_tanh_joint()
+    g, _ = compiled.joint_to_graph(joint, n, workspace=_planted_workspace)
+    bare = compiled._without_workspace(g)
+    assert [(f.forward_peak, f.backward_peak) for f in bare.facts.nodes] == [(0, 0)] * 3
+    assert [(f.forward_peak, f.backward_peak) for f in g.facts.nodes][0] != (0, 0)
+    assert dataclasses.replace(bare.facts, nodes=()) == dataclasses.replace(g.facts, nodes=())
+    assert [dataclasses.replace(f, forward_peak=0, backward_peak=0) for f in g.facts.nodes] \
+        == list(bare.facts.nodes)
+    assert compiled._without_workspace(bare) is None
+    calls = []
+    pareto = lowerset.pareto
+
+    def spy(graph, method, **kwargs):
+        calls.append((graph is g, method, any(f.forward_peak for f in graph.facts.nodes)))
+        return pareto(graph, method, **kwargs)
+
+    monkeypatch.setattr(lowerset, "pareto", spy)
+    plans = compiled.PlannedPartition()._least_plans(g)
+    assert (False, "approx", False) in calls and (True, "approx", True) in calls
+    keys = [compiled._dropped_key(p) for p in plans]
+    assert len(set(keys)) == len(keys) and all(p.graph is g for p in plans)
+    for p in pareto(bare, "approx", progress=False)[::-1][:compiled.FIT_ROUNDS // 2]:
+        assert compiled._dropped_key(p) in keys
 
 
 class _Seen(compiled.PlannedPartition):
