@@ -440,9 +440,9 @@ class PlannedPartition:
     budget : int, optional
         Bytes: the device memory of the whole step: one compiled graph's step, its
         parameters, their gradients and its inputs included, plus `outside`. None (default):
-        the least peak: of the plans of least schedule peak on the planner's front and the
-        pruned family's (:func:`lowerset.pareto`), the one whose partitioned graphs peak
-        lowest.
+        the least peak: of the plans of least schedule peak on the planner's front, the
+        pruned family's (:func:`lowerset.pareto`) and the pruned family's of the graph
+        without its operations' workspace, the one whose partitioned graphs peak lowest.
     outside : int
         Bytes the step holds besides the compiled graph's own while it runs (the loss's
         targets, a model that is not compiled); the compiled step may reach
