@@ -622,6 +622,49 @@ def test_the_least_peak_candidates_include_the_pruned_front_planned_without_work
         assert compiled._dropped_key(p) in keys
 
 
+@pytest.mark.parametrize("planted", [("both", "tanh"), ("tanh", "both")])
+def test_the_fit_plans_with_and_without_the_workspace_and_keeps_the_fewest_flops(planted):
+    """At a budget the fit searches twice: the planner on the graph, then on the graph without
+    its workspace; the partitioned peak judges both, and of the plans that fit the one that
+    recomputes the fewest FLOPs is kept, bound to the graph. Planted: one planner drops the
+    outputs of the convolution and tanh (recomputing both: 15552 + 288 FLOPs), the other
+    tanh's alone (288 FLOPs: the convolution's output is kept); every partition fits."""
+    _, joint, n = _conv_tanh_joint()
+    g, _ = compiled.joint_to_graph(joint, n, workspace=_planted_workspace)
+    conv, tanh = g.labels[:2]
+    drops = {"both": {conv, tanh}, "tanh": {tanh}}
+    planned_with_workspace, partitioned_on_g = [], []
+
+    def plan(graph, budget=None):
+        with_workspace = any(f.forward_peak for f in graph.facts.nodes)
+        planned_with_workspace.append(with_workspace)
+        return lowerset.DropSetStrategy(graph, drops[planted[not with_workspace]])
+
+    def partition(p):
+        partitioned_on_g.append(p.graph is g)
+        return compiled.CompiledPlan(g, p, (), 1000), "graphs"
+
+    part = compiled.PlannedPartition(10**6)
+    part.plan, part._least_plans = plan, lambda graph: []
+    chosen, graphs = part._fit(g, partition, 10**6)
+    assert graphs == "graphs" and chosen.plan.graph is g
+    assert chosen.plan.dropped == {tanh} and compiled._cost(chosen.plan) == (288, 288)
+    assert planned_with_workspace[0] and not planned_with_workspace[-1]
+    assert all(partitioned_on_g) and len(partitioned_on_g) == len(planned_with_workspace)
+
+
+def test_plans_are_compared_by_their_exact_flops_before_cost_units():
+    """A chain a -> b -> c -> d of one cost unit per node whose FLOPs (the ``"flops"``
+    attribute) are 100, 5, 5, 1: dropping a recomputes a (100 FLOPs, 1 unit), dropping b and
+    c recomputes both (10 FLOPs, 2 units); the second compares lower."""
+    g = lowerset.Graph("abcd", [("a", "b"), ("b", "c"), ("c", "d")], dict.fromkeys("abcd", 1),
+                       dict.fromkeys("abcd", 10),
+                       {v: {"flops": f} for v, f in zip("abcd", (100, 5, 5, 1))})
+    one, two = lowerset.DropSetStrategy(g, {"a"}), lowerset.DropSetStrategy(g, {"b", "c"})
+    assert compiled._cost(one) == (100, 1) and compiled._cost(two) == (10, 2)
+    assert compiled._cost(two) < compiled._cost(one)
+
+
 class _Seen(compiled.PlannedPartition):
     """PlannedPartition that records (plan, partitioned peak) of each plan tried for the least
     peak."""
