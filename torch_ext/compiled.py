@@ -880,9 +880,9 @@ def fit_measured(partition: PlannedPartition, compile_fn: Any, gm: torch.fx.Grap
     The search ends at a step that fits within :data:`FIT_SLACK` of the budget or recomputes
     nothing; where no round's step fits (or no plan fits the budget by the prediction, which
     Inductor's code may hold less than), the least peak's plan (the partition's without a
-    budget) is compiled and measured last. Of the fitting steps, the one recomputing least is
-    returned, its :class:`CompiledPlan` (``measured``, ``rounds``) appended to
-    ``partition.plans`` in place of the rounds'.
+    budget) is compiled and measured last. Of the fitting steps, the one recomputing the
+    fewest FLOPs (:func:`_cost`) is returned, its :class:`CompiledPlan` (``measured``,
+    ``rounds``) appended to ``partition.plans`` in place of the rounds'.
 
     Without a budget, or for a graph with no backward (nothing partitioned, no gradient), the
     first compilation is returned, measured where it has a backward.
@@ -1009,8 +1009,8 @@ class _MeasuredFit:
         return [(fn, cp) for fn, cp in self.seen.values() if cp.measured <= self.target]
 
     def keep(self):
-        """The fitting compilation that recomputes least, its plan appended to the partition's
-        plans with the rounds."""
+        """The fitting compilation that recomputes the fewest FLOPs (:func:`_cost`), its plan
+        appended to the partition's plans with the rounds."""
         fitting = self.fitting()
         if not fitting:
             raise lowerset.InfeasibleBudgetError(
@@ -1020,7 +1020,7 @@ class _MeasuredFit:
                                    for _, cp in self.seen.values())
                        + f" bytes, the least peak's plan among them, over the budget less "
                          f"outside ({self.target} bytes)")
-        fn, cp = min(fitting, key=lambda c: c[1].plan.schedule.recompute_cost)
+        fn, cp = min(fitting, key=lambda c: _cost(c[1].plan))
         self.partition.plans.append(cp._replace(rounds=tuple(self.rounds)))
         return fn
 
