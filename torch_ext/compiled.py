@@ -600,9 +600,10 @@ class PlannedPartition:
 
     def _search(self, graph, planned, partition, target, best, tried):
         """Search the planner's budget on `planned` (`graph`, or it without its workspace) for
-        a plan of `graph` whose partitioned graphs peak at most `target` bytes; return the one
-        that recomputes least of it and `best` (``(CompiledPlan, graphs)`` or None), appending
-        each round's (planner budget, liveness peak) to `tried`.
+        a plan of `graph` whose partitioned graphs peak at most `target` bytes; return, of the
+        fitting plans found and `best` (``(CompiledPlan, graphs)`` or None), the one of fewest
+        recomputed FLOPs (:func:`_cost`), appending each round's (planner budget, liveness
+        peak) to `tried`.
 
         Each round plans at a budget moved by what the last partition's liveness peak missed
         or left over (:func:`_next_budget`) and partitions again (a first budget below the
