@@ -180,32 +180,57 @@ def test_targets_compare_ours_compiled_with_compiles_budget_at_each_budget():
     flops = _result(ours_compiled_flops=5, ours_compiled_time=1.0)["targets"]
     assert not flops["compiled"]["met"]
     slow = _result(ours_compiled_flops=3, ours_compiled_time=1.2)["targets"]
-    assert any("ours compiled 1.20x, compile_dp 1.10x" in m for m in slow["time"]["misses"])
+    # rows without their rounds' seconds: 1.20x / 1.10x the plain step = 1.091x
+    assert slow["time"]["misses"] == [
+        "B=0.000 MB: ours compiled takes 1.091x the step of compile_dp @0.5"]
+
+
+def test_the_paired_ratio_is_the_median_of_per_round_quotients_not_of_medians():
+    ours, theirs = {"times": [1.0, 3.0, 2.0]}, {"times": [1.1, 2.8, 2.3]}
+    # quotients 0.909, 1.071, 0.870: the median is round 0's, 1 / 1.1; medians' quotient 0.87
+    assert bt.paired_ratio(ours, theirs) == pytest.approx(1 / 1.1)
+    # rows of runs that did not record their rounds: the quotient of the ratios to plain
+    assert bt.paired_ratio({"time_ratio": 1.5}, {"time_ratio": 1.2}) == pytest.approx(1.25)
+
+
+def test_the_first_look_pairs_the_rounds_of_both_rows():
+    result = _result(ours_compiled_flops=3, ours_compiled_time=1.2)
+    # one slow plain round would move both ratios to it; the pairs say ours is 1% slower
+    for r, times in zip(result["rows"], ([1.0, 1.0, 1.5], [1.3] * 3, [1.0, 1.2, 1.1],
+                                         [1.01, 1.21, 1.11])):
+        r["times"] = times
+    bt.derive(result)
+    assert result["targets"]["time"] == {"met": True, "misses": []}
 
 
 def test_rows_close_to_the_time_line_are_both_sides_of_near_misses_and_near_passes():
-    # the line: compile_dp's 1.10x + 2% = 1.122x; 5% of 1.10 = 0.055 either side
+    # the line: ours / compile_dp's 1.10x = 1.02, within 0.05 either side: 1.067x to 1.177x
     for ours_t, close in ((1.12, True), (1.17, True), (1.07, True), (1.18, False),
                           (1.06, False)):
         keys = bt.close_to_the_line(_result(ours_compiled_flops=3, ours_compiled_time=ours_t))
         assert keys == ({("lowerset_compiled", 150), ("compile_dp", 0.5)} if close else set())
 
 
-def _confirmed(result, ours_t, theirs_t):
-    result["time_confirmed"] = {"rounds": 21, "margin": 0.05, "rows": [
-        {"method": "lowerset_compiled", "setting": 150, "first_ratio": 0, "time_ratio": ours_t},
-        {"method": "compile_dp", "setting": 0.5, "first_ratio": 0, "time_ratio": theirs_t}]}
+def _confirmed(result, ours_times, their_times):
+    result["time_confirmed"] = {"rounds": 3, "margin": 0.05, "rows": [
+        {"method": "lowerset_compiled", "setting": 150, "first_ratio": 0, "time_ratio": 0,
+         "times": ours_times},
+        {"method": "compile_dp", "setting": 0.5, "first_ratio": 0, "time_ratio": 0,
+         "times": their_times}]}
     bt.derive(result)
     return result["targets"]["time"]
 
 
 def test_the_rows_timed_again_judge_the_time_target_both_ways():
-    # a miss in the first run (1.15x against 1.10x) that the second look refutes
-    assert _confirmed(_result(3, 1.15), 1.08, 1.10) == {"met": True, "misses": []}
-    # a pass in the first run (1.12x) that the second look turns into a miss
-    t = _confirmed(_result(3, 1.12), 1.16, 1.10)
-    assert t["misses"] == ["B=0.000 MB: ours compiled 1.16x, compile_dp 1.10x "
-                           "(timed again, 21 rounds)"]
+    # a miss in the first run (1.15x against 1.10x) that the second look refutes: quotients
+    # 1.0, 1.01, 0.95
+    assert _confirmed(_result(3, 1.15), [1.0, 1.01, 0.95], [1.0] * 3) == {"met": True,
+                                                                         "misses": []}
+    # a pass in the first run (1.12x) that the second look turns into a miss: quotients
+    # 1.05, 1.06, 0.9
+    t = _confirmed(_result(3, 1.12), [2.1, 1.06, 0.9], [2.0, 1.0, 1.0])
+    assert t["misses"] == ["B=0.000 MB: ours compiled takes 1.050x the step of compile_dp "
+                           "@0.5 (timed again, 3 rounds)"]
 
 
 class _FakeCase:
@@ -241,6 +266,7 @@ def test_confirm_times_runs_the_close_rows_alone_with_plain_and_records_their_ra
     assert set(got) == {("lowerset_compiled", 150), ("compile_dp", 0.5), ("compile_ilp", 0.5)}
     assert got["compile_ilp", 0.5]["time_ratio"] == got["compile_dp", 0.5]["time_ratio"]
     assert got["lowerset_compiled", 150]["first_ratio"] == 1.12
+    assert len(got["lowerset_compiled", 150]["times"]) == 3
     # 50 ms against 10 ms: the second look times ours at about 5x and the target misses
     assert got["lowerset_compiled", 150]["time_ratio"] > 2.5
     assert "timed again, 3 rounds" in result["targets"]["time"]["misses"][0]
