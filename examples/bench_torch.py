@@ -187,8 +187,7 @@ TIME_SLACK = 0.02
 #: the method's, :func:`paired_ratio`) lies within CONFIRM_MARGIN of its line, 1 +
 #: TIME_SLACK (:func:`close_to_the_line`), are timed again, alone with the plain step, in
 #: CONFIRM_ROUNDS rotated rounds (:func:`confirm_times`), and those rounds judge. Nine
-#: rounds of a whole run scatter by 3-6% on the two-core CPU machine; 21 rounds judged by
-#: two ratios to the plain step still flipped two verdicts against 41-round A/Bs.
+#: rounds of a whole run scatter by 3-6% on the two-core CPU machine.
 CONFIRM_MARGIN = 0.05
 CONFIRM_ROUNDS = {"test": 1, "cpu": 41, "gpu": 41}
 
