@@ -779,18 +779,14 @@ def confirm_times(result, case, configs, rounds):
     keys = {timed[k] for k in close} | {plain}
     _log(f"{result['network']}: timing {len(keys) - 1} rows again, {rounds} rounds")
     times = time_rounds(case, [c for c in configs if c.key in keys], rounds)
+    first = _rows_by_key(result)
     result["time_confirmed"] = {
         "rounds": rounds, "margin": CONFIRM_MARGIN,
-        "rows": [{"method": m, "setting": s, "first_ratio": _row_ratio(result, m, s),
+        "rows": [{"method": m, "setting": s, "first_ratio": first[m, s]["time_ratio"],
                   "time_ratio": time_ratio(times[timed[(m, s)]], times[plain]),
                   "times": times[timed[(m, s)]]}
                  for m, s in sorted(close, key=str)]}
     derive(result)
-
-
-def _row_ratio(result, method, setting):
-    return next(r["time_ratio"] for r in result["rows"]
-                if (r["method"], r["setting"]) == (method, setting))
 
 
 def time_ratio(times, plain_times):
@@ -1167,9 +1163,8 @@ RULES = {"recomputed_flops": "FLOPs (formulas, else one per output element)",
 
 
 def _brief(row, key):
-    times = {"times": row["times"]} if "times" in row else {}
     return {"setting": row["setting"], "peak": row["peak"], "flops": row[key],
-            "time_ratio": row["time_ratio"], **times}
+            "time_ratio": row["time_ratio"]}
 
 
 def derive(result):
@@ -1288,12 +1283,18 @@ def close_to_the_line(result, margin=CONFIRM_MARGIN):
     line the time target draws (1 + :data:`TIME_SLACK`), on either side, so that a near miss
     and a near pass are measured alike."""
     keys = set()
+    rows = _rows_by_key(result)
     for _, _, mine, ours_key, _, r, method_key in _time_pairs(result):
         if mine is None or not mine["fits"]:
             continue
-        if abs(paired_ratio(mine, r) - (1 + TIME_SLACK)) <= margin:
+        if abs(paired_ratio(rows[ours_key], rows[method_key]) - (1 + TIME_SLACK)) <= margin:
             keys |= {ours_key, method_key}
     return keys
+
+
+def _rows_by_key(result):
+    """Key ``(method, setting)`` -> the run's row."""
+    return {(r["method"], r["setting"]): r for r in result["rows"]}
 
 
 def _confirmed_rows(result):
@@ -1308,7 +1309,7 @@ def time_comparisons(result):
     paired ratio (:func:`paired_ratio`) of ours (`name`) over `method` (its row `r`), from the
     rows timed again where both were (`rounds` their rounds, else None), else from the run's
     rounds; `ratio` is None where ours does not fit."""
-    confirmed = _confirmed_rows(result)
+    confirmed, rows = _confirmed_rows(result), _rows_by_key(result)
     for b, name, mine, ours_key, method, r, method_key in _time_pairs(result):
         if mine is None or not mine["fits"]:
             yield b, name, method, r, None, None
@@ -1317,7 +1318,7 @@ def time_comparisons(result):
                    paired_ratio(confirmed[ours_key], confirmed[method_key]),
                    result["time_confirmed"]["rounds"])
         else:
-            yield b, name, method, r, paired_ratio(mine, r), None
+            yield b, name, method, r, paired_ratio(rows[ours_key], rows[method_key]), None
 
 
 def _time_target(result, miss):
