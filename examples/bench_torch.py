@@ -531,15 +531,15 @@ class CompiledSettings:
             return boxed_nop(gm, example_inputs)
         return compile_part
 
-    def _inductor(self, setting, gm, example_inputs):
-        """`gm` compiled by Inductor (``compile_fx``), its inner compiler wrapped to count the
-        FLOPs of the forward and backward graphs."""
+    def _inductor(self, setting, gm, example_inputs, options=None):
+        """`gm` compiled by Inductor (``compile_fx``) with its `options` patched, its inner
+        compiler wrapped to count the FLOPs of the forward and backward graphs."""
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         def inner(graph, inputs, **kwargs):
             self._count(setting, "backward" if kwargs.get("is_backward") else "forward", graph)
             return compile_fx_inner(graph, inputs, **kwargs)
-        return compile_fx(gm, example_inputs, inner_compile=inner)
+        return compile_fx(gm, example_inputs, inner_compile=inner, config_patches=options)
 
     def backend(self, gm, example_inputs):
         import torch._functorch.config as functorch_config
@@ -599,22 +599,21 @@ class CompiledSettings:
                 self.outside = max(0, self.resident - part.plans[0].plan.schedule.resident)
 
     def _ours_inductor(self, s, part, gm, example_inputs):
-        """`gm` compiled by Inductor with `part`, a budget held by the measured step
+        """`gm` compiled by Inductor with `part` (``torch_ext.compiled.inductor_options``), a
+        budget held by the measured step
         (``torch_ext.compiled.fit_measured``, as the ``inductor`` backend does); the FLOPs
         and code counted are those of the compilation returned."""
-        import torch._inductor.config as inductor_config
         rounds = []
+        options = torch_ext.compiled.inductor_options(part)
 
         def compile_round(gm_, inputs):
             before = dict(self.flops[s]), list(self.code[s])
-            fn = self._inductor(s, gm_, inputs)
+            fn = self._inductor(s, gm_, inputs, options)
             rounds.append((fn, dict(self.flops[s]), list(self.code[s])))
             self.flops[s], self.code[s] = before
             return fn
 
-        with inductor_config.patch(
-                custom_partitioner_fn=torch_ext.compiled.InductorPartition(part)):
-            fn = torch_ext.compiled.fit_measured(part, compile_round, gm, example_inputs)
+        fn = torch_ext.compiled.fit_measured(part, compile_round, gm, example_inputs)
         for f, flops, code in rounds:
             if f is fn:
                 self.flops[s], self.code[s] = flops, code

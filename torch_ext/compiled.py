@@ -71,7 +71,7 @@ from ._graph import TARGET_TOTAL_COST
 _APIS = _compat.compile_apis()
 
 __all__ = ["PlannedPartition", "InductorPartition", "CompiledPlan", "backend", "fit_measured",
-           "joint_to_graph", "COMPILERS"]
+           "inductor_options", "joint_to_graph", "COMPILERS"]
 
 #: The compilers :func:`backend` wraps: AOTAutograd's ``aot_eager`` (the graphs run op by op)
 #: and ``inductor`` (``torch.compile``'s default).
@@ -847,9 +847,10 @@ def backend(budget: int | None = None, *, outside: int = 0, compiler: str = "ind
                                            keep_inference_input_mutations=True)
     else:
         def compile_fn(gm, example_inputs):
-            with _APIS["inductor_config"].patch(
-                    custom_partitioner_fn=InductorPartition(partition)):
-                return _APIS["compile_fx"](gm, example_inputs)
+            # as patches of compile_fx, not around it: they also hold for the backward graph,
+            # which Inductor compiles at the first backward pass
+            return _APIS["compile_fx"](gm, example_inputs,
+                                       config_patches=inductor_options(partition))
 
     def run(gm, example_inputs):
         # AOTAutograd's cache would hand back graphs partitioned before, by another plan or
@@ -1042,17 +1043,44 @@ def _measured_round(partition, compile_fn, gm, example_inputs):
 
 
 
+def inductor_options(partition: PlannedPartition) -> dict[str, Any]:
+    """Inductor's options that compile the plans of `partition` as they are predicted.
+
+    ``torch.compile(model, options=inductor_options(part))`` compiles with Inductor, any
+    other of its options added beside, and partitions every joint graph by `part`;
+    :func:`backend` with ``compiler="inductor"`` compiles with these options.
+
+    - ``custom_partitioner_fn``: an :class:`InductorPartition` of `part`.
+    - ``allow_buffer_reuse`` off. With it on (Inductor's default), a buffer whose last use has
+      passed is held until a later allocation of the same size takes it over, so a buffer
+      dead before the step's highest point can still be held there; the liveness analysis
+      of the prediction (:mod:`torch_ext._fx_liveness`) frees each buffer at its last use.
+      The measured peaks with and without it: ``docs/benchmarks/torch.md``.
+
+    Parameters
+    ----------
+    partition : PlannedPartition
+
+    Returns
+    -------
+    dict
+        Option name -> value, as ``torch.compile``'s `options` and
+        ``torch._inductor.config.patch`` take them.
+    """
+    return {"custom_partitioner_fn": InductorPartition(partition), "allow_buffer_reuse": False}
+
+
 class InductorPartition(_APIS["custom_partitioner"]):  # type: ignore[misc, name-defined, valid-type]
     """A :class:`PlannedPartition` as Inductor's ``custom_partitioner_fn``.
 
-    ``torch.compile(model, options={"custom_partitioner_fn": InductorPartition(part)})``
-    compiles with Inductor, with any other of its options beside, and partitions every joint
-    graph by `part`, as :func:`backend` with ``compiler="inductor"`` does. Inductor calls
-    only the partition, so a budget is held by the prediction alone, not by the measured step
-    as :func:`backend` holds it (:func:`fit_measured`). Its uuid is
-    None, so Inductor's cache is skipped (a cached graph would carry no record in
-    ``part.plans``); it pickles as the partition's settings, which Inductor's cache key
-    reads.
+    :func:`inductor_options` passes it to Inductor, with the other options the prediction
+    assumes; ``torch.compile(model, options=inductor_options(part))`` compiles with Inductor
+    and partitions every joint graph by `part`, as :func:`backend` with
+    ``compiler="inductor"`` does. Inductor calls only the partition, so a budget is held by
+    the prediction alone, not by the measured step as :func:`backend` holds it
+    (:func:`fit_measured`). Its uuid is None, so Inductor's cache is skipped (a cached graph
+    would carry no record in ``part.plans``); it pickles as the partition's settings, which
+    Inductor's cache key reads.
 
     Parameters
     ----------

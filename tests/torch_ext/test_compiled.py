@@ -733,6 +733,31 @@ def test_inductor_backend_plans_and_matches_the_compiled_step():
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(got[1], ref[1]))
 
 
+def test_inductor_compiles_both_graphs_of_a_plan_without_buffer_reuse(monkeypatch):
+    """Inductor's buffer reuse holds a dead buffer until a later allocation of its size, which
+    the prediction does not model: the backend compiles the forward graph and the backward
+    graph (compiled at the first backward pass, after the backend has returned) with
+    ``allow_buffer_reuse`` off. The plain compilation, recorded the same way, has it on."""
+    import torch._inductor.compile_fx as inductor_compile
+    import torch._inductor.config as inductor_config
+    seen = []
+    real = inductor_compile.fx_codegen_and_compile
+
+    def recorded(gm, example_inputs, *args, **kwargs):
+        seen.append((bool(kwargs.get("is_backward")), inductor_config.allow_buffer_reuse))
+        return real(gm, example_inputs, *args, **kwargs)
+
+    monkeypatch.setattr(inductor_compile, "fx_codegen_and_compile", recorded)
+    model, x = blocks(p=0.0, n=2, d=32), torch.randn(4, 16, 32)
+    for backend, reuse in (("inductor", True), (compiled.backend(compiler="inductor"), False)):
+        torch._dynamo.reset()
+        seen.clear()
+        with inductor_config.patch(fx_graph_cache=False):  # a cached graph compiles nothing
+            run(model, torch.compile(model, backend=backend), x)
+        assert sorted(seen) == [(False, reuse), (True, reuse)]
+    assert inductor_config.allow_buffer_reuse
+
+
 def predicted_peak(model, x, partition):
     """`partition`'s predicted peak (bytes) for the compiled loss of `model` on `x` under
     aot_eager, after one measured step."""
