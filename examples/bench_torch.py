@@ -600,9 +600,9 @@ class CompiledSettings:
 
     def _ours_inductor(self, s, part, gm, example_inputs):
         """`gm` compiled by Inductor with `part` (``torch_ext.compiled.inductor_options``), a
-        budget held by the measured step
-        (``torch_ext.compiled.fit_measured``, as the ``inductor`` backend does); the FLOPs
-        and code counted are those of the compilation returned."""
+        budget held by the measured step (``torch_ext.compiled.fit_measured``, as the
+        ``inductor`` backend does); the FLOPs and code counted are those of the compilation
+        returned."""
         rounds = []
         options = torch_ext.compiled.inductor_options(part)
 

@@ -1042,7 +1042,6 @@ def _measured_round(partition, compile_fn, gm, example_inputs):
     return fn, cp
 
 
-
 def inductor_options(partition: PlannedPartition) -> dict[str, Any]:
     """Inductor's options that compile the plans of `partition` as they are predicted.
 
