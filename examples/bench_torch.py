@@ -778,7 +778,7 @@ def confirm_times(result, case, configs, rounds):
     keys = {timed[k] for k in close} | {plain}
     _log(f"{result['network']}: timing {len(keys) - 1} rows again, {rounds} rounds")
     times = time_rounds(case, [c for c in configs if c.key in keys], rounds)
-    first = _rows_by_key(result)
+    first = _rows_by_key(result["rows"])
     result["time_confirmed"] = {
         "rounds": rounds, "margin": CONFIRM_MARGIN,
         "rows": [{"method": m, "setting": s, "first_ratio": first[m, s]["time_ratio"],
@@ -1282,7 +1282,7 @@ def close_to_the_line(result, margin=CONFIRM_MARGIN):
     line the time target draws (1 + :data:`TIME_SLACK`), on either side, so that a near miss
     and a near pass are measured alike."""
     keys = set()
-    rows = _rows_by_key(result)
+    rows = _rows_by_key(result["rows"])
     for _, _, mine, ours_key, _, r, method_key in _time_pairs(result):
         if mine is None or not mine["fits"]:
             continue
@@ -1291,16 +1291,15 @@ def close_to_the_line(result, margin=CONFIRM_MARGIN):
     return keys
 
 
-def _rows_by_key(result):
-    """Key ``(method, setting)`` -> the run's row."""
-    return {(r["method"], r["setting"]): r for r in result["rows"]}
+def _rows_by_key(rows):
+    """Key ``(method, setting)`` -> each of `rows`."""
+    return {(r["method"], r["setting"]): r for r in rows}
 
 
 def _confirmed_rows(result):
     """Key ``(method, setting)`` -> row timed again (``result["time_confirmed"]``,
     :func:`confirm_times`); empty where none were."""
-    rows = result.get("time_confirmed", {}).get("rows", [])
-    return {(c["method"], c["setting"]): c for c in rows}
+    return _rows_by_key(result.get("time_confirmed", {}).get("rows", []))
 
 
 def time_comparisons(result):
@@ -1308,7 +1307,7 @@ def time_comparisons(result):
     paired ratio (:func:`paired_ratio`) of ours (`name`) over `method` (its row `r`), from the
     rows timed again where both were (`rounds` their rounds, else None), else from the run's
     rounds; `ratio` is None where ours does not fit."""
-    confirmed, rows = _confirmed_rows(result), _rows_by_key(result)
+    confirmed, rows = _confirmed_rows(result), _rows_by_key(result["rows"])
     for b, name, mine, ours_key, method, r, method_key in _time_pairs(result):
         if mine is None or not mine["fits"]:
             yield b, name, method, r, None, None
